@@ -1,0 +1,44 @@
+"""engine_core: a storage-agnostic durable workflow engine for asyncio."""
+
+from engine_core.context import StepInfo, WorkflowContext, current_step
+from engine_core.engine import Engine
+from engine_core.errors import (
+    EngineError,
+    InvalidDurationError,
+    InvalidNameError,
+    InvalidRunIdError,
+    LeaseLostError,
+    NotSerializableError,
+    RunNotFoundError,
+    StepFailedError,
+    WorkflowNotRegisteredError,
+    WorkflowRunCancelledError,
+    WorkflowRunFailedError,
+)
+from engine_core.recovery import RecoveryReport, WorkflowRecovery
+from engine_core.status import RunStatus, StepStatus, TimelineEntry
+from engine_core.store import Store
+
+__all__ = [
+    "Engine",
+    "EngineError",
+    "InvalidDurationError",
+    "InvalidNameError",
+    "InvalidRunIdError",
+    "LeaseLostError",
+    "NotSerializableError",
+    "RecoveryReport",
+    "RunNotFoundError",
+    "RunStatus",
+    "StepFailedError",
+    "StepInfo",
+    "StepStatus",
+    "Store",
+    "TimelineEntry",
+    "WorkflowContext",
+    "WorkflowNotRegisteredError",
+    "WorkflowRecovery",
+    "WorkflowRunCancelledError",
+    "WorkflowRunFailedError",
+    "current_step",
+]

@@ -1,0 +1,68 @@
+"""Every error the engine raises on purpose; all subclass :class:`EngineError`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class EngineError(Exception):
+    """Base class of every error raised by the engine."""
+
+
+class WorkflowRunFailedError(EngineError):
+    """The run ended ``failed``, ``compensated`` or ``compensation_failed``."""
+
+    def __init__(self, message: str, *, run_id: str = "", error: dict[str, Any] | None = None):
+        super().__init__(message)
+        self.run_id = run_id
+        self.error = error
+
+
+class WorkflowRunCancelledError(EngineError):
+    """The run was cancelled."""
+
+    def __init__(self, message: str, *, run_id: str = "", error: dict[str, Any] | None = None):
+        super().__init__(message)
+        self.run_id = run_id
+        self.error = error
+
+
+class StepFailedError(EngineError):
+    """A step failed for good: every attempt it was allowed has failed."""
+
+    def __init__(self, step: str, attempts: int, error_type: str, message: str):
+        super().__init__(
+            f"step {step!r} failed after {attempts} attempt(s): {error_type}: {message}"
+        )
+        self.step = step
+        self.attempts = attempts
+        self.error_type = error_type
+        self.error_message = message
+
+
+class RunNotFoundError(EngineError, LookupError):
+    """No run has this id."""
+
+
+class WorkflowNotRegisteredError(EngineError, LookupError):
+    """No workflow (or step function) of this name is registered on this engine."""
+
+
+class NotSerializableError(EngineError, TypeError):
+    """A value that has to be checkpointed is not JSON/BSON-serialisable."""
+
+
+class InvalidDurationError(EngineError, ValueError):
+    """A duration could not be understood."""
+
+
+class InvalidRunIdError(EngineError, ValueError):
+    """A run id is not a usable string, or belongs to another workflow."""
+
+
+class InvalidNameError(EngineError, ValueError):
+    """A step, event or workflow name is not a usable string."""
+
+
+class LeaseLostError(EngineError):
+    """This process no longer holds the lease it was working under."""

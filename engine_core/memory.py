@@ -1,0 +1,378 @@
+"""``InMemoryStore``: the reference store, for one process and for tests.
+
+Every method runs without awaiting in between its read and its write, so each is
+atomic under asyncio. Records are copied in and out so callers never share state
+with the store.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Sequence
+from dataclasses import fields, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from engine_core.records import (
+    TERMINAL,
+    AttemptEntry,
+    EventRecord,
+    InflightStep,
+    Lease,
+    RunRecord,
+    RunState,
+    StepGuard,
+    StepPage,
+    StepRecord,
+    utcnow,
+)
+
+_STEP_FIELDS = frozenset(f.name for f in fields(StepRecord))
+
+
+class InMemoryStore:
+    """A single-process store that keeps everything in dicts."""
+
+    def __init__(self) -> None:
+        self._runs: dict[str, RunRecord] = {}
+        self._steps: dict[tuple[str, str], StepRecord] = {}
+        self._events: list[EventRecord] = []
+        self._leases: dict[str, Lease] = {}
+
+    async def init(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+    # ---- runs -------------------------------------------------------------------
+
+    async def insert_run(self, run: RunRecord) -> RunRecord | None:
+        existing = self._runs.get(run.run_id)
+        if existing is not None:
+            return copy.deepcopy(existing)
+        self._runs[run.run_id] = copy.deepcopy(run)
+        return None
+
+    async def get_run(self, run_id: str) -> RunRecord | None:
+        run = self._runs.get(run_id)
+        return copy.deepcopy(run) if run is not None else None
+
+    async def begin_pass(self, run_id: str, token: int) -> RunRecord | None:
+        run = self._runs.get(run_id)
+        if run is None or run.token >= token:
+            return None
+        run.token = token
+        run.passes += 1
+        run.pending_pass = False
+        return copy.deepcopy(run)
+
+    async def start_step(
+        self,
+        run_id: str,
+        *,
+        token: int,
+        status: RunState,
+        key: str,
+        attempt: int,
+        started_at: datetime,
+        done: Iterable[str] = (),
+    ) -> bool:
+        run = self._runs.get(run_id)
+        if run is None or run.status != status or run.token != token:
+            return False
+        for finished in done:
+            run.inflight.pop(finished, None)
+        run.inflight[key] = InflightStep(attempt=attempt, started_at=started_at)
+        run.updated_at = utcnow()
+        return True
+
+    async def settle_run(
+        self,
+        run_id: str,
+        *,
+        token: int,
+        expect: Sequence[RunState],
+        status: RunState | None = None,
+        output: Any = None,
+        error: dict[str, Any] | None = None,
+    ) -> bool:
+        run = self._runs.get(run_id)
+        if run is None or run.token != token or run.status not in expect:
+            return False
+        run.inflight = {}
+        if status is not None:
+            run.status = status
+            run.output = copy.deepcopy(output)
+            run.error = copy.deepcopy(error)
+        run.updated_at = utcnow()
+        return True
+
+    async def request_pass(self, run_id: str) -> None:
+        run = self._runs.get(run_id)
+        if run is not None:
+            run.pending_pass = True
+
+    async def set_run_status(
+        self,
+        run_id: str,
+        status: RunState,
+        *,
+        expect: Sequence[RunState],
+        error: dict[str, Any] | None = None,
+        request_pass: bool = False,
+    ) -> RunRecord | None:
+        run = self._runs.get(run_id)
+        if run is None or run.status not in expect:
+            return None
+        run.status = status
+        if error is not None:
+            run.error = copy.deepcopy(error)
+        if request_pass:
+            run.pending_pass = True
+        run.updated_at = utcnow()
+        return copy.deepcopy(run)
+
+    async def list_child_runs(self, run_id: str) -> list[RunRecord]:
+        return [copy.deepcopy(r) for r in self._runs.values() if r.parent_run_id == run_id]
+
+    async def find_runs_needing_pass(self, workflows: Sequence[str], limit: int) -> list[str]:
+        wanted = set(workflows)
+        found = sorted(
+            (
+                r
+                for r in self._runs.values()
+                if r.pending_pass
+                and r.workflow in wanted
+                and r.status in ("running", "compensating")
+            ),
+            key=lambda r: (r.updated_at, r.run_id),
+        )
+        return [r.run_id for r in found[:limit]]
+
+    async def find_idle_runs(
+        self, before: datetime, limit: int, *, in_flight_only: bool = False
+    ) -> list[RunRecord]:
+        found = sorted(
+            (
+                r
+                for r in self._runs.values()
+                if r.status in ("running", "compensating")
+                and r.updated_at < before
+                and (r.inflight or not in_flight_only)
+            ),
+            key=lambda r: (r.updated_at, r.run_id),
+        )
+        return [copy.deepcopy(r) for r in found[:limit]]
+
+    async def list_runs(
+        self,
+        *,
+        workflow: str | None,
+        status: str | None,
+        limit: int,
+        after: str | None,
+    ) -> list[RunRecord]:
+        found = sorted(
+            (
+                r
+                for r in self._runs.values()
+                if (workflow is None or r.workflow == workflow)
+                and (status is None or r.status == status)
+                and (after is None or r.run_id > after)
+            ),
+            key=lambda r: r.run_id,
+        )
+        return [copy.deepcopy(r) for r in found[:limit]]
+
+    async def delete_runs(self, *, finished_before: datetime, limit: int) -> int:
+        doomed = sorted(
+            (
+                r.run_id
+                for r in self._runs.values()
+                if r.status in TERMINAL and r.updated_at < finished_before
+            )
+        )[:limit]
+        gone = set(doomed)
+        for run_id in doomed:
+            del self._runs[run_id]
+        self._steps = {k: s for k, s in self._steps.items() if k[0] not in gone}
+        self._events = [e for e in self._events if e.run_id not in gone]
+        return len(doomed)
+
+    # ---- steps ------------------------------------------------------------------
+
+    async def load_steps(self, run_id: str) -> list[StepRecord]:
+        return [copy.deepcopy(s) for (rid, _), s in self._steps.items() if rid == run_id]
+
+    async def get_step(self, run_id: str, key: str) -> StepRecord | None:
+        step = self._steps.get((run_id, key))
+        return copy.deepcopy(step) if step is not None else None
+
+    async def insert_step(self, step: StepRecord) -> bool:
+        if (step.run_id, step.key) in self._steps:
+            return False
+        self._steps[(step.run_id, step.key)] = copy.deepcopy(step)
+        return True
+
+    async def update_step(
+        self,
+        run_id: str,
+        key: str,
+        *,
+        guard: StepGuard,
+        changes: dict[str, Any],
+        entry: AttemptEntry | None = None,
+    ) -> bool:
+        unknown = set(changes) - _STEP_FIELDS
+        if unknown:
+            raise ValueError(f"unknown step fields {sorted(unknown)}")
+        step = self._steps.get((run_id, key))
+        if step is None:
+            if not guard.missing_ok:
+                return False
+            base = {"kind": "inline", "status": "pending", **changes}
+            step = StepRecord(run_id=run_id, key=key, **copy.deepcopy(base))
+            if entry is not None:
+                step.history.append(copy.deepcopy(entry))
+            self._steps[(run_id, key)] = step
+            return True
+        if not _matches(step, guard):
+            return False
+        for name, value in copy.deepcopy(changes).items():
+            setattr(step, name, value)
+        if entry is not None:
+            step.history.append(copy.deepcopy(entry))
+        return True
+
+    async def claim_step(
+        self, functions: Sequence[str], *, holder: str, claim_ttl: float
+    ) -> StepRecord | None:
+        now = utcnow()
+        wanted = set(functions)
+        due = [
+            s
+            for s in self._steps.values()
+            if s.kind == "dispatch"
+            and not s.halted
+            and s.function in wanted
+            and (
+                (s.status == "scheduled" and s.due_at is not None and s.due_at <= now)
+                or (
+                    s.status == "running"
+                    and s.claim_expires_at is not None
+                    and s.claim_expires_at < now
+                )
+            )
+        ]
+        if not due:
+            return None
+        step = min(due, key=_step_order)
+        step.status = "running"
+        step.attempts += 1
+        step.claim_holder = holder
+        step.claim_expires_at = now + timedelta(seconds=claim_ttl)
+        step.updated_at = now
+        return copy.deepcopy(step)
+
+    async def extend_claim(
+        self, run_id: str, key: str, *, holder: str, attempt: int, claim_ttl: float
+    ) -> bool:
+        step = self._steps.get((run_id, key))
+        if (
+            step is None
+            or step.status != "running"
+            or step.claim_holder != holder
+            or step.attempts != attempt
+        ):
+            return False
+        step.claim_expires_at = utcnow() + timedelta(seconds=claim_ttl)
+        return True
+
+    async def halt_steps(self, run_id: str, halted: bool) -> None:
+        for (rid, _), step in self._steps.items():
+            if rid == run_id and step.kind == "dispatch":
+                step.halted = halted
+
+    async def find_scheduled_steps(
+        self, limit: int, after: StepPage | None = None
+    ) -> list[StepRecord]:
+        found = sorted(
+            (s for s in self._steps.values() if s.status == "scheduled" and s.due_at is not None),
+            key=_step_order,
+        )
+        if after is not None:
+            mark = (after.due_at, after.run_id, after.key)
+            found = [s for s in found if _step_order(s) > mark]
+        return [copy.deepcopy(s) for s in found[:limit]]
+
+    # ---- events -----------------------------------------------------------------
+
+    async def insert_event(self, event: EventRecord) -> None:
+        self._events.append(copy.deepcopy(event))
+
+    async def consume_event(self, run_id: str, name: str, consumer: str) -> EventRecord | None:
+        mine = [e for e in self._events if e.run_id == run_id and e.consumed_by == consumer]
+        if mine:
+            return copy.deepcopy(mine[0])
+        for event in self._events:  # kept in arrival order
+            if event.run_id == run_id and event.name == name and event.consumed_by is None:
+                event.consumed_by = consumer
+                return copy.deepcopy(event)
+        return None
+
+    async def has_event(self, run_id: str, name: str) -> bool:
+        return any(
+            e.run_id == run_id and e.name == name and e.consumed_by is None for e in self._events
+        )
+
+    # ---- leases -----------------------------------------------------------------
+
+    async def acquire_lease(self, key: str, holder: str, ttl: float) -> Lease | None:
+        now = utcnow()
+        current = self._leases.get(key)
+        if current is not None and current.expires_at > now:
+            return None
+        lease = Lease(
+            key=key,
+            holder=holder,
+            token=(current.token if current is not None else 0) + 1,
+            expires_at=now + timedelta(seconds=ttl),
+        )
+        self._leases[key] = lease
+        return lease
+
+    async def refresh_lease(self, lease: Lease, ttl: float) -> Lease | None:
+        now = utcnow()
+        current = self._leases.get(lease.key)
+        if (
+            current is None
+            or current.token != lease.token
+            or current.holder != lease.holder
+            or current.expires_at <= now
+        ):
+            return None
+        renewed = replace(current, expires_at=now + timedelta(seconds=ttl))
+        self._leases[lease.key] = renewed
+        return renewed
+
+    async def release_lease(self, lease: Lease) -> None:
+        current = self._leases.get(lease.key)
+        if current is not None and current.token == lease.token and current.holder == lease.holder:
+            self._leases[lease.key] = replace(current, expires_at=datetime.min.replace(
+                tzinfo=current.expires_at.tzinfo))
+
+
+def _step_order(step: StepRecord) -> tuple[datetime, str, str]:
+    assert step.due_at is not None
+    return (step.due_at, step.run_id, step.key)
+
+
+def _matches(step: StepRecord, guard: StepGuard) -> bool:
+    if guard.status_in is not None and step.status not in guard.status_in:
+        return False
+    if guard.attempts_below is not None and step.attempts >= guard.attempts_below:
+        return False
+    if guard.attempts is not None and step.attempts != guard.attempts:
+        return False
+    return guard.claim_holder is None or step.claim_holder == guard.claim_holder

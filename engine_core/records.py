@@ -1,0 +1,154 @@
+"""The stored shapes of runs, steps, events and leases, shared by every store."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+RunState = Literal[
+    "running",
+    "suspended",
+    "completed",
+    "failed",
+    "cancelled",
+    "compensating",
+    "compensated",
+    "compensation_failed",
+]
+StepState = Literal["pending", "running", "scheduled", "succeeded", "failed"]
+StepKind = Literal["inline", "dispatch", "sleep", "event", "child", "compensation"]
+
+TERMINAL: frozenset[str] = frozenset(
+    {"completed", "failed", "cancelled", "compensated", "compensation_failed"}
+)
+FAILED_ENDINGS: frozenset[str] = frozenset({"failed", "compensated", "compensation_failed"})
+
+
+def utcnow() -> datetime:
+    """The current time, timezone-aware, truncated to milliseconds as BSON stores it."""
+    now = datetime.now(UTC)
+    return now.replace(microsecond=now.microsecond // 1000 * 1000)
+
+
+@dataclass
+class InflightStep:
+    """A step attempt a pass has started and not yet recorded an outcome for."""
+
+    attempt: int
+    started_at: datetime
+
+
+@dataclass
+class RunRecord:
+    """One workflow run: the control plane of its passes."""
+
+    run_id: str
+    workflow: str
+    status: RunState
+    input: Any
+    created_at: datetime
+    updated_at: datetime
+    output: Any = None
+    error: dict[str, Any] | None = None
+    parent_run_id: str | None = None
+    parent_step: str | None = None
+    wire: dict[str, Any] = field(default_factory=dict)
+    # A pass is owed: set by every trigger, cleared when a pass begins.
+    pending_pass: bool = True
+    # Passes begun so far; the first pass knows there are no steps to load.
+    passes: int = 0
+    # The lease token of the newest pass; step starts are fenced by it.
+    token: int = 0
+    inflight: dict[str, InflightStep] = field(default_factory=dict)
+
+
+@dataclass
+class AttemptEntry:
+    """One line of a step's timeline."""
+
+    attempt: int
+    status: StepState
+    at: datetime
+    started_at: datetime | None = None
+    error: dict[str, Any] | None = None
+
+
+@dataclass
+class StepRecord:
+    """A step's latest state, plus its attempt history."""
+
+    run_id: str
+    key: str
+    kind: StepKind
+    status: StepState
+    attempts: int = 0
+    max_attempts: int = 1
+    result: Any = None
+    error: dict[str, Any] | None = None
+    # When a scheduled step is due: a wake-up, a retry, an event timeout or a queue job.
+    due_at: datetime | None = None
+    scheduled_at: datetime | None = None
+    updated_at: datetime | None = None
+    ended_at: datetime | None = None
+    retry_delay: float | str | None = None
+    timeout: float | None = None
+    # Dispatched steps: the step function and what it is called with.
+    function: str | None = None
+    payload: Any = None
+    # A stopped run's queue jobs are halted so no worker claims them.
+    halted: bool = False
+    claim_holder: str | None = None
+    claim_expires_at: datetime | None = None
+    child_run_id: str | None = None
+    event: str | None = None
+    compensable: bool = False
+    # The run's trace, so a worker's span joins it without reading the run.
+    traceparent: str | None = None
+    history: list[AttemptEntry] = field(default_factory=list)
+
+
+@dataclass
+class EventRecord:
+    """An event sent to a run, kept until a wait consumes it."""
+
+    event_id: str
+    run_id: str
+    name: str
+    payload: Any
+    created_at: datetime
+    consumed_by: str | None = None
+
+
+@dataclass(frozen=True)
+class Lease:
+    """Proof of holding a lease; ``token`` grows on every takeover."""
+
+    key: str
+    holder: str
+    token: int
+    expires_at: datetime
+
+
+@dataclass(frozen=True)
+class StepGuard:
+    """The state a step document must be in for a guarded write to land.
+
+    Every field left ``None`` is not checked. ``missing_ok`` lets the write create the
+    document when none exists (an upsert).
+    """
+
+    status_in: tuple[StepState, ...] | None = None
+    attempts_below: int | None = None
+    attempts: int | None = None
+    claim_holder: str | None = None
+    missing_ok: bool = False
+
+
+@dataclass(frozen=True)
+class StepPage:
+    """Where the next page of a keyset-paginated scan of scheduled steps starts."""
+
+    due_at: datetime
+    run_id: str
+    key: str

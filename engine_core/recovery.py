@@ -1,0 +1,237 @@
+"""``WorkflowRecovery``: bring back the work a dead process left behind.
+
+One pass at startup and one every ``recovery_interval``, under a store-wide lease so a
+fleet does not sweep in step. Replay is the recovery: every finished step is
+memoised, so giving a pass to a run that was not stuck costs a replay and changes
+nothing. What replay cannot move (a step parked on ``scheduled`` whose timer died
+with its process) is judged here by the clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from engine_core.records import TERMINAL, Lease, RunRecord, StepPage, StepRecord, utcnow
+
+if TYPE_CHECKING:
+    from engine_core.engine import Engine
+
+log = logging.getLogger("engine_core.recovery")
+
+RECOVERY_LEASE = "workflow-recovery"
+PAGE_SIZE = 500
+RUN_BATCH = 500
+BACKOFF_START_S = 30.0
+BACKOFF_MAX_S = 600.0
+BACKOFF_MAX_ENTRIES = 10_000
+# Past startup a sleep is only known lost once it is this overdue: until then the
+# timer of the process that armed it may still fire.
+WAKE_GRACE_S = 2.0
+
+
+@dataclass
+class RecoveryReport:
+    """What one recovery pass did."""
+
+    woken: list[str] = field(default_factory=list)
+    rearmed: list[str] = field(default_factory=list)
+    redispatched: list[str] = field(default_factory=list)
+    resumed: list[str] = field(default_factory=list)
+    skipped: bool = False
+
+    @property
+    def total(self) -> int:
+        return len(self.woken) + len(self.rearmed) + len(self.redispatched) + len(self.resumed)
+
+    def summary(self) -> str:
+        return (
+            f"{len(self.woken)} sleeps woken, {len(self.rearmed)} re-armed, "
+            f"{len(self.redispatched)} steps re-dispatched, {len(self.resumed)} runs resumed"
+        )
+
+
+class RedispatchBackoff:
+    """Per-run, per-process record of when a run may next be re-driven.
+
+    Doubles from 30 s to 10 min so a backlog is not amplified by sweeps firing at the
+    runs it already delays; bounded to 10,000 entries (oldest dropped first).
+    """
+
+    def __init__(self, max_entries: int = BACKOFF_MAX_ENTRIES) -> None:
+        self._eligible: OrderedDict[str, tuple[float, float]] = OrderedDict()
+        self._max = max_entries
+
+    def __len__(self) -> int:
+        return len(self._eligible)
+
+    def eligible(self, run_id: str, now: float) -> bool:
+        entry = self._eligible.get(run_id)
+        return entry is None or entry[0] <= now
+
+    def note(self, run_id: str, now: float) -> None:
+        previous = self._eligible.pop(run_id, None)
+        delay = BACKOFF_START_S if previous is None else min(previous[1] * 2, BACKOFF_MAX_S)
+        self._eligible[run_id] = (now + delay, delay)
+        while len(self._eligible) > self._max:
+            self._eligible.popitem(last=False)
+
+    def forget(self, run_id: str) -> None:
+        """Drop a record for a re-drive that did not happen (a live owner had the run)."""
+        self._eligible.pop(run_id, None)
+
+
+class WorkflowRecovery:
+    """Every way an engine brings back work a dead process left behind."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.backoff = RedispatchBackoff()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.ensure_future(self._loop())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _loop(self) -> None:
+        startup = True
+        while True:
+            try:
+                await self.recover(startup=startup)
+                startup = False
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("workflow recovery pass failed")
+            await asyncio.sleep(self.engine.recovery_interval)
+
+    async def recover(self, *, startup: bool = False) -> RecoveryReport:
+        """One pass over every sweep, if this instance gets the recovery lease.
+
+        ``startup`` is a process that has armed nothing yet: sleeps not yet due get a
+        timer here for what remains of them, and overdue ones wake without grace.
+        """
+        engine = self.engine
+        lease = await engine.store.acquire_lease(
+            RECOVERY_LEASE, engine.instance_id, engine.lease_ttl
+        )
+        if lease is None:
+            return RecoveryReport(skipped=True)
+        keeper = asyncio.ensure_future(self._keep(lease))
+        report = RecoveryReport()
+        try:
+            await self._sweep_scheduled(report, startup)
+            await self._sweep_in_flight(report)
+            await self._sweep_stalled(report)
+        finally:
+            keeper.cancel()
+            await engine.store.release_lease(lease)
+        if report.total:
+            log.info("workflow recovery: %s", report.summary())
+        return report
+
+    async def _keep(self, lease: Lease) -> None:
+        while True:
+            await asyncio.sleep(self.engine.lease_ttl / 3)
+            renewed = await self.engine.store.refresh_lease(lease, self.engine.lease_ttl)
+            if renewed is None:
+                return
+            lease = renewed
+
+    async def _drive_unless_owned(self, run_id: str) -> bool:
+        """Give the run a pass unless a live instance owns it; report whether we did."""
+        now = asyncio.get_running_loop().time()
+        if not self.backoff.eligible(run_id, now):
+            return False
+        self.backoff.note(run_id, now)
+        try:
+            driven = await self.engine.drive(run_id)
+        except Exception:
+            log.exception("recovery could not give run %s a pass", run_id)
+            return False
+        if not driven:
+            # Left alone, so nothing has earned a wait: its owner may be gone next tick.
+            self.backoff.forget(run_id)
+        return driven
+
+    async def _sweep_scheduled(self, report: RecoveryReport, startup: bool) -> None:
+        after: StepPage | None = None
+        while True:
+            page = await self.engine.store.find_scheduled_steps(PAGE_SIZE, after)
+            for step in page:
+                try:
+                    await self._recover_scheduled(step, report, startup)
+                except Exception:
+                    # One bad step must not keep the sweep from the rest.
+                    log.exception("could not recover step %r of run %s", step.key, step.run_id)
+            if len(page) < PAGE_SIZE:
+                return
+            last = page[-1]
+            assert last.due_at is not None
+            after = StepPage(last.due_at, last.run_id, last.key)
+
+    async def _recover_scheduled(
+        self, step: StepRecord, report: RecoveryReport, startup: bool
+    ) -> None:
+        engine = self.engine
+        assert step.due_at is not None
+        now = utcnow()
+        if step.kind == "dispatch":
+            # The job is in the store's queue and cannot be lost; one nobody claimed
+            # for ``undispatched_after`` is announced to this process's worker again.
+            if step.due_at < now - timedelta(seconds=engine.undispatched_after):
+                engine._work_arrived()
+            return
+        if step.kind == "child":
+            assert step.child_run_id is not None
+            child = await engine.store.get_run(step.child_run_id)
+            if (child is None or child.status in TERMINAL) and await self._drive_unless_owned(
+                step.run_id
+            ):
+                report.resumed.append(step.run_id)
+            return
+        remaining = (step.due_at - now).total_seconds()
+        if remaining > 0:
+            if startup and engine.serving:
+                engine._arm_timer(step.run_id, step.due_at)
+                report.rearmed.append(step.run_id)
+            return
+        if (startup or remaining <= -WAKE_GRACE_S) and await self._drive_unless_owned(
+            step.run_id
+        ):
+            report.woken.append(step.run_id)
+
+    async def _sweep_in_flight(self, report: RecoveryReport) -> None:
+        # A pass marks each step it starts on its run and clears the marks when it
+        # ends, renewing its lease meanwhile; marks older than a lease are a pass that
+        # died (a lost inline step, or a dispatch recorded on the run but never queued).
+        engine = self.engine
+        before = utcnow() - timedelta(seconds=min(engine.lease_ttl, engine.undispatched_after))
+        for run in await engine.store.find_idle_runs(before, RUN_BATCH, in_flight_only=True):
+            if await self._drive_unless_owned(run.run_id):
+                target = report.redispatched if _lost_arm(run) else report.resumed
+                target.append(run.run_id)
+
+    async def _sweep_stalled(self, report: RecoveryReport) -> None:
+        engine = self.engine
+        before = utcnow() - timedelta(seconds=engine.stalled_after)
+        for run in await engine.store.find_idle_runs(before, RUN_BATCH):
+            steps = await engine.store.load_steps(run.run_id)
+            if any(s.status == "scheduled" or s.status == "running" for s in steps):
+                continue  # parked on purpose; the scheduled sweep and the queue own it
+            if await self._drive_unless_owned(run.run_id):
+                report.resumed.append(run.run_id)
+
+
+def _lost_arm(run: RunRecord) -> bool:
+    return any(item.attempt == 0 for item in run.inflight.values())

@@ -1,0 +1,87 @@
+"""What ``engine.status`` and ``engine.history`` return."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from engine_core.records import RunRecord, StepRecord
+
+
+@dataclass(frozen=True)
+class StepStatus:
+    """A step folded to its latest attempt."""
+
+    status: str
+    attempts: int
+    result: Any = None
+    error: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class RunStatus:
+    """A run's status with each of its steps folded to its latest attempt."""
+
+    run_id: str
+    workflow: str
+    status: str
+    output: Any
+    error: dict[str, Any] | None
+    steps: dict[str, StepStatus] = field(default_factory=dict)
+    parent_run_id: str | None = None
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class TimelineEntry:
+    """One transition of one step attempt."""
+
+    step: str
+    attempt: int
+    status: str
+    at: datetime
+    error: dict[str, Any] | None = None
+
+
+def fold_status(run: RunRecord, steps: list[StepRecord]) -> RunStatus:
+    folded: dict[str, StepStatus] = {}
+    for step in steps:
+        folded[step.key] = StepStatus(step.status, step.attempts, step.result, step.error)
+    if run.status in ("running", "compensating"):
+        # An inline attempt in progress lives on the run until its outcome lands.
+        for key, inflight in run.inflight.items():
+            known = folded.get(key)
+            if inflight.attempt > (known.attempts if known else 0):
+                folded[key] = StepStatus("running", inflight.attempt)
+    return RunStatus(
+        run_id=run.run_id,
+        workflow=run.workflow,
+        status=run.status,
+        output=run.output,
+        error=run.error,
+        steps=folded,
+        parent_run_id=run.parent_run_id,
+        created_at=run.created_at,
+        updated_at=run.updated_at,
+    )
+
+
+def timeline(run: RunRecord, steps: list[StepRecord]) -> list[TimelineEntry]:
+    """Every recorded transition of every attempt, oldest first."""
+    entries: list[TimelineEntry] = []
+    for step in steps:
+        if step.scheduled_at is not None:
+            entries.append(TimelineEntry(step.key, 0, "scheduled", step.scheduled_at))
+        for item in step.history:
+            if item.started_at is not None:
+                entries.append(TimelineEntry(step.key, item.attempt, "running", item.started_at))
+            entries.append(TimelineEntry(step.key, item.attempt, item.status, item.at, item.error))
+    if run.status in ("running", "compensating"):
+        for key, inflight in run.inflight.items():
+            known = next((s for s in steps if s.key == key), None)
+            if inflight.attempt > (known.attempts if known else 0):
+                entries.append(TimelineEntry(key, inflight.attempt, "running", inflight.started_at))
+    entries.sort(key=lambda e: (e.at, e.step, e.attempt))
+    return entries

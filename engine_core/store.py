@@ -1,0 +1,215 @@
+"""The store protocol: the only seam between the engine and its storage.
+
+Every method is a single atomic operation on the store; the engine builds its
+guarantees on the guards stated here. "Atomic" means a concurrent caller sees either
+the whole write or none of it, and that two callers racing on the same guard cannot
+both win. Times are timezone-aware UTC datetimes. Values (inputs, results, payloads)
+arrive already checked as JSON-shaped and come back equal to what was written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any, Protocol, runtime_checkable
+
+from engine_core.records import (
+    AttemptEntry,
+    EventRecord,
+    Lease,
+    RunRecord,
+    RunState,
+    StepGuard,
+    StepPage,
+    StepRecord,
+)
+
+
+@runtime_checkable
+class Store(Protocol):
+    """What the engine needs from storage. See ``engine_core.testing`` for the suite
+    that checks an implementation against every guarantee below."""
+
+    async def init(self) -> None:
+        """Prepare the store (create indexes); safe to call any number of times."""
+
+    async def close(self) -> None:
+        """Release what the store holds open. The store is not used afterwards."""
+
+    # ---- runs -------------------------------------------------------------------
+
+    async def insert_run(self, run: RunRecord) -> RunRecord | None:
+        """Insert ``run`` unless a run with its id exists.
+
+        Returns None when this call inserted it, else the existing run, unchanged.
+        Of any number of concurrent inserts of one id exactly one inserts.
+        """
+
+    async def get_run(self, run_id: str) -> RunRecord | None:
+        """The run with this id, or None."""
+
+    async def begin_pass(self, run_id: str, token: int) -> RunRecord | None:
+        """Open a pass fenced by ``token`` (the run lease's token).
+
+        Atomically, and only if the stored ``token`` is lower: set ``token``, add one to
+        ``passes`` and clear ``pending_pass``. Returns the run as it is after the write,
+        or None when the run does not exist or a pass with an equal or newer token began.
+        """
+
+    async def start_step(
+        self,
+        run_id: str,
+        *,
+        token: int,
+        status: RunState,
+        key: str,
+        attempt: int,
+        started_at: datetime,
+        done: Iterable[str] = (),
+    ) -> bool:
+        """Record that an attempt of step ``key`` starts, if the run may still start it.
+
+        Lands only if the run's status is ``status`` and its token is ``token``: a stop
+        request or a newer pass is seen here. Sets ``inflight[key]`` and removes the
+        ``done`` keys from ``inflight`` in the same write. Returns whether it landed.
+        """
+
+    async def settle_run(
+        self,
+        run_id: str,
+        *,
+        token: int,
+        expect: Sequence[RunState],
+        status: RunState | None = None,
+        output: Any = None,
+        error: dict[str, Any] | None = None,
+    ) -> bool:
+        """End a pass: clear ``inflight`` and, when ``status`` is given, move the run to it
+        (with ``output`` and ``error``). Lands only if the token is ``token`` and the
+        status is one of ``expect``; returns whether it landed."""
+
+    async def request_pass(self, run_id: str) -> None:
+        """Note that the run is owed a pass (sets ``pending_pass``). Never lost: a pass
+        that begins after this call returns sees the flag cleared by its own begin."""
+
+    async def set_run_status(
+        self,
+        run_id: str,
+        status: RunState,
+        *,
+        expect: Sequence[RunState],
+        error: dict[str, Any] | None = None,
+        request_pass: bool = False,
+    ) -> RunRecord | None:
+        """Move the run to ``status`` if it is in one of ``expect`` (not fenced by token:
+        this is how cancel, suspend and resume act on a run a pass may hold). Sets
+        ``error`` when given and ``pending_pass`` when asked. Returns the run after the
+        write, or None when the guard failed or the run does not exist."""
+
+    async def list_child_runs(self, run_id: str) -> list[RunRecord]:
+        """Every run whose parent is ``run_id``."""
+
+    async def find_runs_needing_pass(self, workflows: Sequence[str], limit: int) -> list[str]:
+        """Ids of up to ``limit`` runs of these workflows that are ``running`` or
+        ``compensating`` with ``pending_pass`` set, least recently updated first."""
+
+    async def find_idle_runs(
+        self, before: datetime, limit: int, *, in_flight_only: bool = False
+    ) -> list[RunRecord]:
+        """Up to ``limit`` ``running`` or ``compensating`` runs not updated since
+        ``before``, least recently updated first; with ``in_flight_only`` only those
+        whose ``inflight`` is not empty (a pass started a step and never settled)."""
+
+    async def list_runs(
+        self,
+        *,
+        workflow: str | None,
+        status: str | None,
+        limit: int,
+        after: str | None,
+    ) -> list[RunRecord]:
+        """Runs ordered by id, starting after the id ``after`` (keyset pagination)."""
+
+    async def delete_runs(self, *, finished_before: datetime, limit: int) -> int:
+        """Delete up to ``limit`` terminal runs last updated before ``finished_before``,
+        with their steps and events. Returns how many runs were deleted."""
+
+    # ---- steps ------------------------------------------------------------------
+
+    async def load_steps(self, run_id: str) -> list[StepRecord]:
+        """Every step of the run."""
+
+    async def get_step(self, run_id: str, key: str) -> StepRecord | None:
+        """One step, or None."""
+
+    async def insert_step(self, step: StepRecord) -> bool:
+        """Insert ``step`` unless (run id, key) exists; one of any concurrent inserts
+        lands. Returns whether this call inserted it."""
+
+    async def update_step(
+        self,
+        run_id: str,
+        key: str,
+        *,
+        guard: StepGuard,
+        changes: dict[str, Any],
+        entry: AttemptEntry | None = None,
+    ) -> bool:
+        """Apply ``changes`` (StepRecord field names to values) and append ``entry`` to
+        the history, only if the step matches ``guard``. With ``guard.missing_ok`` a
+        missing step is created from the changes. Returns whether it landed; of racing
+        writers with the same guard at most one lands when the changes break the guard
+        for the others (this is how outcomes are fenced by attempt)."""
+
+    async def claim_step(
+        self, functions: Sequence[str], *, holder: str, claim_ttl: float
+    ) -> StepRecord | None:
+        """Claim the queue job due first among dispatched steps of these functions.
+
+        Eligible: not halted and either ``scheduled`` with ``due_at`` reached, or
+        ``running`` under a claim that lapsed. The claim sets ``running``, adds one to
+        ``attempts`` and sets the claim holder and expiry, atomically: of any number of
+        concurrent claimers exactly one gets each job attempt. Returns the step after
+        the claim, or None when nothing is due."""
+
+    async def extend_claim(
+        self, run_id: str, key: str, *, holder: str, attempt: int, claim_ttl: float
+    ) -> bool:
+        """Push the claim's expiry out, if ``holder`` still holds ``attempt``."""
+
+    async def halt_steps(self, run_id: str, halted: bool) -> None:
+        """Mark every dispatched step of the run halted (not claimable) or not."""
+
+    async def find_scheduled_steps(
+        self, limit: int, after: StepPage | None = None
+    ) -> list[StepRecord]:
+        """Up to ``limit`` ``scheduled`` steps with a due time, ordered by (due_at,
+        run_id, key), starting strictly after ``after``. A scan that pages with the last
+        row's key visits each step once and costs O(N) over N steps."""
+
+    # ---- events -----------------------------------------------------------------
+
+    async def insert_event(self, event: EventRecord) -> None:
+        """Keep an event for the run until a wait consumes it."""
+
+    async def consume_event(self, run_id: str, name: str, consumer: str) -> EventRecord | None:
+        """The event ``consumer`` took already, else the oldest unconsumed event of
+        that name, marked consumed by ``consumer`` (atomically; two consumers never
+        take one event). None when there is none."""
+
+    async def has_event(self, run_id: str, name: str) -> bool:
+        """Whether an unconsumed event of that name waits for the run."""
+
+    # ---- leases -----------------------------------------------------------------
+
+    async def acquire_lease(self, key: str, holder: str, ttl: float) -> Lease | None:
+        """Take the lease ``key`` for ``ttl`` seconds if it is free or expired (judged by
+        comparing ``expires_at`` with now, never by TTL deletion). Each acquisition
+        makes the token one higher than the last one issued for this key. Returns
+        None when another holder's lease is still live."""
+
+    async def refresh_lease(self, lease: Lease, ttl: float) -> Lease | None:
+        """Extend a lease still held with this token; None when it was lost."""
+
+    async def release_lease(self, lease: Lease) -> None:
+        """Give the lease up if still held with this token; otherwise do nothing."""

@@ -1,0 +1,68 @@
+"""W3C trace context for runs: each run owns one trace, each step attempt is a span in it.
+
+Only the OpenTelemetry API is used; without an SDK configured every call is a no-op.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.trace import Span, Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+_propagator = TraceContextTextMapPropagator()
+_tracer = trace.get_tracer("engine_core")
+
+
+def parse_traceparent(value: object) -> tuple[str, str] | None:
+    """(trace id, span id) of a valid ``traceparent``, else None."""
+    if not isinstance(value, str):
+        return None
+    parts = value.split("-")
+    if len(parts) != 4 or parts[0] != "00" or len(parts[1]) != 32 or len(parts[2]) != 16:
+        return None
+    try:
+        int(parts[1], 16), int(parts[2], 16), int(parts[3], 16)
+    except ValueError:
+        return None
+    if set(parts[1]) == {"0"} or set(parts[2]) == {"0"}:
+        return None
+    return parts[1], parts[2]
+
+
+def new_run_traceparent() -> str:
+    """The caller's trace when it is inside a sampled or recording span, else a new one."""
+    context = trace.get_current_span().get_span_context()
+    if context.is_valid:
+        return f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}"
+    return f"00-{secrets.token_hex(16)}-{secrets.token_hex(8)}-01"
+
+
+def trace_id_of(traceparent: str | None) -> str | None:
+    parsed = parse_traceparent(traceparent)
+    return parsed[0] if parsed else None
+
+
+@contextmanager
+def attempt_span(
+    traceparent: str | None, name: str, attributes: dict[str, Any]
+) -> Iterator[Span]:
+    """A span for one step attempt, a child of the run's stored trace."""
+    carrier = {"traceparent": traceparent} if traceparent else {}
+    context = _propagator.extract(carrier)
+    with _tracer.start_as_current_span(
+        name, context=context, attributes=attributes, record_exception=False,
+        set_status_on_exception=False,
+    ) as span:
+        yield span
+
+
+def record_failure(span: Span, exc: BaseException) -> None:
+    """Mark a span failed with the exception that failed the attempt."""
+    if span.is_recording():
+        span.record_exception(exc)
+        span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))

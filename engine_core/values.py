@@ -1,0 +1,83 @@
+"""Checking what crosses a checkpoint: ids, names and stored values."""
+
+from __future__ import annotations
+
+import json
+import math
+import uuid
+from typing import Any
+
+from engine_core.errors import InvalidNameError, InvalidRunIdError, NotSerializableError
+
+MAX_RUN_ID_LENGTH = 200
+MAX_NAME_LENGTH = 500
+_INT64 = 2**63
+
+
+def check_run_id(run_id: object) -> str:
+    """A run id is a non-empty string of at most 200 characters, compared as it is."""
+    if not isinstance(run_id, str):
+        raise InvalidRunIdError(
+            f"run id must be a string, not {type(run_id).__name__} ({run_id!r:.80})"
+        )
+    if not run_id or len(run_id) > MAX_RUN_ID_LENGTH:
+        raise InvalidRunIdError(
+            f"run id must be 1 to {MAX_RUN_ID_LENGTH} characters long, got {len(run_id)}"
+        )
+    return run_id
+
+
+def check_name(name: object, what: str) -> str:
+    """Step, event and workflow names are non-empty strings."""
+    if not isinstance(name, str):
+        raise InvalidNameError(f"{what} must be a string, not {type(name).__name__}")
+    if not name or len(name) > MAX_NAME_LENGTH or "\x00" in name:
+        raise InvalidNameError(
+            f"{what} must be 1 to {MAX_NAME_LENGTH} characters with no NUL, got {name!r:.80}"
+        )
+    return name
+
+
+def _check(value: Any, path: str) -> None:
+    if value is None or isinstance(value, str | bool):
+        return
+    if isinstance(value, int):
+        if not -_INT64 <= value < _INT64:
+            raise NotSerializableError(f"{path}: integer {value} does not fit in 64 bits")
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise NotSerializableError(f"{path}: {value} is not a finite number")
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise NotSerializableError(
+                    f"{path}: dict key {key!r} is {type(key).__name__}; keys must be strings"
+                )
+            _check(item, f"{path}[{key!r}]")
+        return
+    if isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            _check(item, f"{path}[{index}]")
+        return
+    raise NotSerializableError(
+        f"{path}: a value of type {type(value).__name__} cannot be checkpointed; "
+        "use dicts, lists, strings, numbers, booleans and None"
+    )
+
+
+def to_stored(value: Any, what: str) -> Any:
+    """Return a fresh JSON-shaped copy of ``value`` or raise :class:`NotSerializableError`.
+
+    ``what`` names the value in the message (for example ``"result of step 'charge'"``).
+    The copy keeps a caller's later mutation from changing what was checkpointed, and
+    makes every store hand back the same shapes (tuples come back as lists).
+    """
+    _check(value, what)
+    return json.loads(json.dumps(value))
+
+
+def idempotency_key(run_id: str, step: str) -> str:
+    """The stable key of a step: the same across attempts, processes and stores."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, json.dumps([run_id, step])))
