@@ -57,8 +57,13 @@ class WorkflowContext:
     ) -> Any:
         """Run ``fn(*args)`` here, once: a replay returns the recorded result."""
         return await self._pass.inline_step(
-            name, fn, args, retries=retries, retry_delay=retry_delay,
-            compensate=compensate, timeout=timeout,
+            name,
+            fn,
+            args,
+            retries=retries,
+            retry_delay=retry_delay,
+            compensate=compensate,
+            timeout=timeout,
         )
 
     async def dispatch(

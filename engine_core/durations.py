@@ -51,6 +51,6 @@ def check_retry_delay(value: object) -> float | str:
 def retry_delay_seconds(delay: float | str, failed_attempt: int, rand: float) -> float:
     """The wait after ``failed_attempt`` (1-based) failed; ``rand`` in [0, 1) is the jitter."""
     if delay == EXPONENTIAL:
-        ceiling = min(EXPONENTIAL_CAP_S, EXPONENTIAL_BASE_S * 2 ** (failed_attempt - 1))
+        ceiling: float = min(EXPONENTIAL_CAP_S, EXPONENTIAL_BASE_S * 2.0 ** (failed_attempt - 1))
         return ceiling * rand  # full jitter
     return float(delay)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine
 from datetime import datetime
@@ -200,7 +201,8 @@ class Engine:
         run = await self._get(run_id)
         check_name(name, "event name")
         event = EventRecord(
-            event_id=uuid.uuid4().hex,
+            # Ordered by sending time first, so waits consume events oldest first.
+            event_id=f"{time.time_ns():020d}-{uuid.uuid4().hex[:12]}",
             run_id=run.run_id,
             name=name,
             payload=to_stored(payload, f"payload of event {name!r}"),
@@ -229,8 +231,9 @@ class Engine:
         """Runs ordered by id; pass the last id seen as ``after`` for the next page."""
         if after is not None:
             check_run_id(after)
-        runs = await self.store.list_runs(workflow=workflow, status=status, limit=limit,
-                                          after=after)
+        runs = await self.store.list_runs(
+            workflow=workflow, status=status, limit=limit, after=after
+        )
         return [fold_status(r, []) for r in runs]
 
     async def result(self, run_id: str, timeout: float | None = None) -> Any:
@@ -250,9 +253,7 @@ class Engine:
             if deadline is not None:
                 left = deadline - loop.time()
                 if left <= 0:
-                    raise TimeoutError(
-                        f"run {run_id!r} is still {run.status} after {timeout} s"
-                    )
+                    raise TimeoutError(f"run {run_id!r} is still {run.status} after {timeout} s")
                 wait = min(wait, left)
             settled = self._settled
             with contextlib.suppress(TimeoutError):
@@ -268,7 +269,10 @@ class Engine:
             "message": f"run {run_id!r} was cancelled",
         }
         updated = await self.store.set_run_status(
-            run.run_id, target, expect=("running", "suspended"), error=error,
+            run.run_id,
+            target,
+            expect=("running", "suspended"),
+            error=error,
             request_pass=compensate,
         )
         if updated is None:
@@ -363,7 +367,7 @@ class Engine:
             end: PassEnd | None = None
             keeper = asyncio.ensure_future(self._keep_lease(lease))
             try:
-                run = await self.store.begin_pass(run_id, lease.token)
+                run = await self.store.begin_pass(run_id)
                 if run is None or run.status not in _ACTIVE:
                     return True
                 if run.workflow not in self._workflows:
@@ -413,8 +417,9 @@ class Engine:
         self._settled = asyncio.Event()
         if run.parent_run_id is None or run.parent_step is None or status not in TERMINAL:
             return
-        await self._settle_parent_step(run.parent_run_id, run.parent_step, run.run_id,
-                                       status, output, error)
+        await self._settle_parent_step(
+            run.parent_run_id, run.parent_step, run.run_id, status, output, error
+        )
 
     async def _settle_parent_step(
         self,
@@ -430,15 +435,19 @@ class Engine:
         if status == "completed":
             changes.update(status="succeeded", result=output, error=None)
         else:
-            kind = "WorkflowRunCancelledError" if status == "cancelled" else "WorkflowRunFailedError"
+            kind = (
+                "WorkflowRunCancelledError" if status == "cancelled" else "WorkflowRunFailedError"
+            )
             message = (error or {}).get("message") or f"child run {child_id!r} ended {status}"
             changes.update(status="failed", error={"type": kind, "message": message})
         landed = await self.store.update_step(
-            parent_id, parent_step,
+            parent_id,
+            parent_step,
             guard=StepGuard(status_in=("scheduled",)),
             changes=changes,
-            entry=AttemptEntry(attempt=1, status=changes["status"], at=now,
-                               error=changes.get("error")),
+            entry=AttemptEntry(
+                attempt=1, status=changes["status"], at=now, error=changes.get("error")
+            ),
         )
         if landed:
             await self.trigger(parent_id)
@@ -463,8 +472,7 @@ class Engine:
             updated_at=now,
             parent_run_id=parent.run_id,
             parent_step=key,
-            wire={"traceparent": parent.wire.get("traceparent"),
-                  "started_by": self.instance_id},
+            wire={"traceparent": parent.wire.get("traceparent"), "started_by": self.instance_id},
         )
         if await self.store.insert_run(child) is None:
             self._kick_local(child_id)
@@ -474,8 +482,9 @@ class Engine:
         assert step.child_run_id is not None
         child = await self.store.get_run(step.child_run_id)
         if child is None:
-            await self._start_child(parent, step.key, step.child_run_id,
-                                    step.function or "", step.payload)
+            await self._start_child(
+                parent, step.key, step.child_run_id, step.function or "", step.payload
+            )
             return None
         if child.status not in TERMINAL:
             return None
@@ -505,5 +514,3 @@ def _outcome(run: RunRecord) -> Any:
             f"run {run.run_id!r} was cancelled: {message}", run_id=run.run_id, error=run.error
         )
     return run.output
-
-

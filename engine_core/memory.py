@@ -58,11 +58,11 @@ class InMemoryStore:
         run = self._runs.get(run_id)
         return copy.deepcopy(run) if run is not None else None
 
-    async def begin_pass(self, run_id: str, token: int) -> RunRecord | None:
+    async def begin_pass(self, run_id: str) -> RunRecord | None:
         run = self._runs.get(run_id)
-        if run is None or run.token >= token:
+        if run is None:
             return None
-        run.token = token
+        run.token += 1
         run.passes += 1
         run.pending_pass = False
         return copy.deepcopy(run)
@@ -187,11 +187,9 @@ class InMemoryStore:
 
     async def delete_runs(self, *, finished_before: datetime, limit: int) -> int:
         doomed = sorted(
-            (
-                r.run_id
-                for r in self._runs.values()
-                if r.status in TERMINAL and r.updated_at < finished_before
-            )
+            r.run_id
+            for r in self._runs.values()
+            if r.status in TERMINAL and r.updated_at < finished_before
         )[:limit]
         gone = set(doomed)
         for run_id in doomed:
@@ -359,8 +357,9 @@ class InMemoryStore:
     async def release_lease(self, lease: Lease) -> None:
         current = self._leases.get(lease.key)
         if current is not None and current.token == lease.token and current.holder == lease.holder:
-            self._leases[lease.key] = replace(current, expires_at=datetime.min.replace(
-                tzinfo=current.expires_at.tzinfo))
+            self._leases[lease.key] = replace(
+                current, expires_at=datetime.min.replace(tzinfo=current.expires_at.tzinfo)
+            )
 
 
 def _step_order(step: StepRecord) -> tuple[datetime, str, str]:

@@ -58,7 +58,7 @@ class RunRecord:
     pending_pass: bool = True
     # Passes begun so far; the first pass knows there are no steps to load.
     passes: int = 0
-    # The lease token of the newest pass; step starts are fenced by it.
+    # Bumped by each pass as it begins; that pass's writes are fenced by it.
     token: int = 0
     inflight: dict[str, InflightStep] = field(default_factory=dict)
 

@@ -206,9 +206,7 @@ class WorkflowRecovery:
                 engine._arm_timer(step.run_id, step.due_at)
                 report.rearmed.append(step.run_id)
             return
-        if (startup or remaining <= -WAKE_GRACE_S) and await self._drive_unless_owned(
-            step.run_id
-        ):
+        if (startup or remaining <= -WAKE_GRACE_S) and await self._drive_unless_owned(step.run_id):
             report.woken.append(step.run_id)
 
     async def _sweep_in_flight(self, report: RecoveryReport) -> None:

@@ -121,7 +121,7 @@ class RunPass:
         output: Any = None
         try:
             output = await fn(WorkflowContext(self), self.run.input)
-        except BaseException as exc:  # noqa: BLE001 - the body's outcome, whatever it is
+        except BaseException as exc:
             failure = exc
         await self._drain()
         control = _control_of(failure)
@@ -160,7 +160,7 @@ class RunPass:
     ) -> bool:
         ok = await self.store.settle_run(
             self.run.run_id,
-            token=self.lease.token,
+            token=self.run.token,
             expect=(self.status,),
             status=status,
             output=output,
@@ -206,7 +206,13 @@ class RunPass:
             undo = self._compensations[step.key]
             try:
                 await self._run_inline(
-                    f"compensate:{step.key}", undo, (step.result,), 0, 0.0, None, False,
+                    f"compensate:{step.key}",
+                    undo,
+                    (step.result,),
+                    0,
+                    0.0,
+                    None,
+                    False,
                     kind="compensation",
                 )
             except StepFailedError:
@@ -238,7 +244,7 @@ class RunPass:
         done, self._done = self._done, set()
         ok = await self.store.start_step(
             self.run.run_id,
-            token=self.lease.token,
+            token=self.run.token,
             status=self.status,
             key=key,
             attempt=attempt,
@@ -378,12 +384,19 @@ class RunPass:
             }
             log.warning(
                 "run %s: step %r attempt %d was lost with its process%s",
-                self.run.run_id, key, prior,
+                self.run.run_id,
+                key,
+                prior,
                 "; attempts exhausted" if exhausted else "; running it again",
             )
             step = await self._record(
-                key, kind, prior, "failed" if exhausted else "pending",
-                started_at=lost.started_at, error=error, extra=extra,
+                key,
+                kind,
+                prior,
+                "failed" if exhausted else "pending",
+                started_at=lost.started_at,
+                error=error,
+                extra=extra,
             )
             if exhausted:
                 raise stored_failure(step)
@@ -404,25 +417,45 @@ class RunPass:
                 if attempt < max_attempts and not isinstance(exc, NotSerializableError):
                     wait = retry_delay_seconds(delay, attempt, random.random())
                     if wait <= INLINE_RETRY_LIMIT_S:
-                        await self._record(key, kind, attempt, "pending", started_at=started,
-                                           error=error, extra=extra)
+                        await self._record(
+                            key,
+                            kind,
+                            attempt,
+                            "pending",
+                            started_at=started,
+                            error=error,
+                            extra=extra,
+                        )
                         await asyncio.sleep(wait)
                         attempt += 1
                         continue
                     due = utcnow() + timedelta(seconds=wait)
-                    await self._record(key, kind, attempt, "scheduled", started_at=started,
-                                       error=error, due_at=due, extra=extra)
+                    await self._record(
+                        key,
+                        kind,
+                        attempt,
+                        "scheduled",
+                        started_at=started,
+                        error=error,
+                        due_at=due,
+                        extra=extra,
+                    )
                     self.engine._arm_timer(self.run.run_id, due)
                     raise _Parked() from None
-                await self._record(key, kind, attempt, "failed", started_at=started,
-                                   error=error, extra=extra)
+                await self._record(
+                    key, kind, attempt, "failed", started_at=started, error=error, extra=extra
+                )
                 raise StepFailedError(key, attempt, type(exc).__name__, str(exc)) from exc
-            await self._record(key, kind, attempt, "succeeded", started_at=started,
-                               result=stored, extra=extra)
+            await self._record(
+                key, kind, attempt, "succeeded", started_at=started, result=stored, extra=extra
+            )
             return stored
 
     async def _call(
-        self, info: StepInfo, fn: Callable[..., Any], args: tuple[Any, ...],
+        self,
+        info: StepInfo,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
         timeout: float | None,
     ) -> Any:
         attributes = {
@@ -473,12 +506,25 @@ class RunPass:
             return done.result
         if key not in self.steps:
             now = utcnow()
-            await self._tracked(self._arm(StepRecord(
-                run_id=self.run.run_id, key=key, kind="dispatch", status="scheduled",
-                max_attempts=attempts, retry_delay=delay, timeout=limit, function=function,
-                payload=to_stored(payload, f"payload of step {key!r}"),
-                due_at=now, scheduled_at=now, updated_at=now, traceparent=self.traceparent,
-            )))
+            await self._tracked(
+                self._arm(
+                    StepRecord(
+                        run_id=self.run.run_id,
+                        key=key,
+                        kind="dispatch",
+                        status="scheduled",
+                        max_attempts=attempts,
+                        retry_delay=delay,
+                        timeout=limit,
+                        function=function,
+                        payload=to_stored(payload, f"payload of step {key!r}"),
+                        due_at=now,
+                        scheduled_at=now,
+                        updated_at=now,
+                        traceparent=self.traceparent,
+                    )
+                )
+            )
             self.engine._work_arrived()
         raise _Parked()
 
@@ -491,10 +537,20 @@ class RunPass:
         now = utcnow()
         if step is None:
             due = now + timedelta(seconds=seconds)
-            await self._tracked(self._arm(StepRecord(
-                run_id=self.run.run_id, key=key, kind="sleep", status="scheduled",
-                due_at=due, scheduled_at=now, updated_at=now, timeout=seconds,
-            )))
+            await self._tracked(
+                self._arm(
+                    StepRecord(
+                        run_id=self.run.run_id,
+                        key=key,
+                        kind="sleep",
+                        status="scheduled",
+                        due_at=due,
+                        scheduled_at=now,
+                        updated_at=now,
+                        timeout=seconds,
+                    )
+                )
+            )
             self.engine._arm_timer(self.run.run_id, due)
             raise _Parked()
         if step.due_at is not None and step.due_at <= now:
@@ -507,10 +563,16 @@ class RunPass:
     async def _wake(self, step: StepRecord, result: Any) -> None:
         """Settle a scheduled step (a sleep that is due, an event, a timeout)."""
         now = utcnow()
-        changes = {"status": "succeeded", "result": result, "attempts": 1,
-                   "updated_at": now, "ended_at": now}
+        changes = {
+            "status": "succeeded",
+            "result": result,
+            "attempts": 1,
+            "updated_at": now,
+            "ended_at": now,
+        }
         await self.store.update_step(
-            self.run.run_id, step.key,
+            self.run.run_id,
+            step.key,
             guard=StepGuard(status_in=("scheduled",), missing_ok=True),
             changes={"kind": step.kind, "event": step.event, **changes},
             entry=AttemptEntry(attempt=1, status="succeeded", at=now),
@@ -565,11 +627,20 @@ class RunPass:
         if step is None:
             now = utcnow()
             stored_input = to_stored(input, f"input of child step {key!r}")
-            await self._arm(StepRecord(
-                run_id=self.run.run_id, key=key, kind="child", status="scheduled",
-                child_run_id=child_id, payload=stored_input, function=workflow,
-                due_at=now, scheduled_at=now, updated_at=now,
-            ))
+            await self._arm(
+                StepRecord(
+                    run_id=self.run.run_id,
+                    key=key,
+                    kind="child",
+                    status="scheduled",
+                    child_run_id=child_id,
+                    payload=stored_input,
+                    function=workflow,
+                    due_at=now,
+                    scheduled_at=now,
+                    updated_at=now,
+                )
+            )
             await self.engine._start_child(self.run, key, child_id, workflow, stored_input)
             raise _Parked()
         # The child may have ended while nobody settled this step (its process died

@@ -48,13 +48,11 @@ class Store(Protocol):
     async def get_run(self, run_id: str) -> RunRecord | None:
         """The run with this id, or None."""
 
-    async def begin_pass(self, run_id: str, token: int) -> RunRecord | None:
-        """Open a pass fenced by ``token`` (the run lease's token).
-
-        Atomically, and only if the stored ``token`` is lower: set ``token``, add one to
-        ``passes`` and clear ``pending_pass``. Returns the run as it is after the write,
-        or None when the run does not exist or a pass with an equal or newer token began.
-        """
+    async def begin_pass(self, run_id: str) -> RunRecord | None:
+        """Open a pass: atomically add one to ``token`` and to ``passes`` and clear
+        ``pending_pass``. Returns the run after the write (its ``token`` fences every
+        later write of this pass), or None when the run does not exist. The caller
+        holds the run's lease; the token outlives any lease document."""
 
     async def start_step(
         self,

@@ -48,14 +48,15 @@ def trace_id_of(traceparent: str | None) -> str | None:
 
 
 @contextmanager
-def attempt_span(
-    traceparent: str | None, name: str, attributes: dict[str, Any]
-) -> Iterator[Span]:
+def attempt_span(traceparent: str | None, name: str, attributes: dict[str, Any]) -> Iterator[Span]:
     """A span for one step attempt, a child of the run's stored trace."""
     carrier = {"traceparent": traceparent} if traceparent else {}
     context = _propagator.extract(carrier)
     with _tracer.start_as_current_span(
-        name, context=context, attributes=attributes, record_exception=False,
+        name,
+        context=context,
+        attributes=attributes,
+        record_exception=False,
         set_status_on_exception=False,
     ) as span:
         yield span

@@ -12,6 +12,8 @@ from engine_core.errors import InvalidNameError, InvalidRunIdError, NotSerializa
 MAX_RUN_ID_LENGTH = 200
 MAX_NAME_LENGTH = 500
 _INT64 = 2**63
+# Leaves room under MongoDB's 16 MiB document limit for the rest of the document.
+MAX_VALUE_BYTES = 15 * 1024 * 1024
 
 
 def check_run_id(run_id: object) -> str:
@@ -75,7 +77,14 @@ def to_stored(value: Any, what: str) -> Any:
     makes every store hand back the same shapes (tuples come back as lists).
     """
     _check(value, what)
-    return json.loads(json.dumps(value))
+    text = json.dumps(value)
+    if len(text) > MAX_VALUE_BYTES:
+        raise NotSerializableError(
+            f"{what} is {len(text)} bytes as JSON, over the {MAX_VALUE_BYTES} byte limit "
+            "(a MongoDB document holds at most 16 MiB); store large data elsewhere and "
+            "checkpoint a reference to it"
+        )
+    return json.loads(text)
 
 
 def idempotency_key(run_id: str, step: str) -> str:

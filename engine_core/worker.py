@@ -107,21 +107,26 @@ class Worker:
         """Run one claimed attempt of a dispatched step and record its outcome, fenced."""
         engine = self.engine
         attempt = job.attempts
-        guard = StepGuard(status_in=("running",), attempts=attempt,
-                          claim_holder=engine.instance_id)
+        guard = StepGuard(status_in=("running",), attempts=attempt, claim_holder=engine.instance_id)
         if attempt > job.max_attempts:
             # Every attempt it was allowed was claimed and lost with its worker.
-            error = {"type": "WorkerLost",
-                     "message": f"step {job.key!r} lost its worker on each of its "
-                                f"{job.max_attempts} attempt(s)"}
+            error = {
+                "type": "WorkerLost",
+                "message": f"step {job.key!r} lost its worker on each of its "
+                f"{job.max_attempts} attempt(s)",
+            }
             await self._record(job, guard, attempt - 1, "failed", error=error)
             return
         function = engine._step_functions[job.function or ""]
         info = StepInfo(job.run_id, job.key, attempt, idempotency_key(job.run_id, job.key))
         keeper = asyncio.ensure_future(self._keep_claim(job, attempt))
         started = utcnow()
-        attributes = {"workflow.run_id": job.run_id, "workflow.step": job.key,
-                      "workflow.attempt": attempt, "workflow.function": job.function or ""}
+        attributes = {
+            "workflow.run_id": job.run_id,
+            "workflow.step": job.key,
+            "workflow.attempt": attempt,
+            "workflow.function": job.function or "",
+        }
         try:
             with attempt_span(job.traceparent, job.key, attributes) as span:
                 reset = _current_step.set(info)
@@ -129,8 +134,9 @@ class Worker:
                     async with engine._slots:
                         value = function(job.payload)
                         if inspect.isawaitable(value):
-                            value = await (asyncio.wait_for(value, job.timeout)
-                                           if job.timeout else value)
+                            value = await (
+                                asyncio.wait_for(value, job.timeout) if job.timeout else value
+                            )
                     result = to_stored(value, f"result of step {job.key!r}")
                 except Exception as exc:
                     record_failure(span, exc)
@@ -142,8 +148,16 @@ class Worker:
             if attempt < job.max_attempts:
                 wait = retry_delay_seconds(job.retry_delay or 0, attempt, random.random())
                 due = utcnow() + timedelta(seconds=wait)
-                await self._record(job, guard, attempt, "scheduled", error=error, due_at=due,
-                                   started_at=started, retry=True)
+                await self._record(
+                    job,
+                    guard,
+                    attempt,
+                    "scheduled",
+                    error=error,
+                    due_at=due,
+                    started_at=started,
+                    retry=True,
+                )
                 engine._arm_timer_work(due)
                 return
             await self._record(job, guard, attempt, "failed", error=error, started_at=started)
@@ -166,21 +180,36 @@ class Worker:
         retry: bool = False,
     ) -> None:
         now = utcnow()
-        changes: dict[str, Any] = {"status": status, "result": result, "error": error,
-                                   "updated_at": now, "claim_holder": None,
-                                   "claim_expires_at": None}
+        changes: dict[str, Any] = {
+            "status": status,
+            "result": result,
+            "error": error,
+            "updated_at": now,
+            "claim_holder": None,
+            "claim_expires_at": None,
+        }
         if due_at is not None:
             changes["due_at"] = due_at
         if status in ("succeeded", "failed"):
             changes["ended_at"] = now
         if status == "failed" and attempt != job.attempts:
             changes["attempts"] = attempt
-        entry = AttemptEntry(attempt=job.attempts, status="failed" if error else status, at=now,
-                             started_at=started_at, error=error)
-        if not await self.engine.store.update_step(job.run_id, job.key, guard=guard,
-                                                   changes=changes, entry=entry):
-            log.warning("run %s: step %r attempt %d lost its claim; outcome dropped",
-                        job.run_id, job.key, job.attempts)
+        entry = AttemptEntry(
+            attempt=job.attempts,
+            status="failed" if error else status,
+            at=now,
+            started_at=started_at,
+            error=error,
+        )
+        if not await self.engine.store.update_step(
+            job.run_id, job.key, guard=guard, changes=changes, entry=entry
+        ):
+            log.warning(
+                "run %s: step %r attempt %d lost its claim; outcome dropped",
+                job.run_id,
+                job.key,
+                job.attempts,
+            )
             return
         if not retry:
             await self.engine.trigger(job.run_id)
@@ -190,7 +219,10 @@ class Worker:
         while True:
             await asyncio.sleep(engine.lease_ttl / 3)
             if not await engine.store.extend_claim(
-                job.run_id, job.key, holder=engine.instance_id, attempt=attempt,
+                job.run_id,
+                job.key,
+                holder=engine.instance_id,
+                attempt=attempt,
                 claim_ttl=engine.lease_ttl,
             ):
                 log.warning("run %s: lost the claim on step %r", job.run_id, job.key)
