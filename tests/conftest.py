@@ -1,0 +1,102 @@
+"""Shared fixtures: the stores every engine test runs on, and the wire test servers.
+
+``MONGODB_URI`` set: MongoDB tests use that server and nothing is started. Otherwise an
+nx-27017 server is started for the session (always with ``--data-dir``), and the
+conformance and race tests also run on a mongoeco wire server (Python 3.13 venv).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+
+import test_servers  # noqa: E402
+
+from engine_core import Engine  # noqa: E402
+from engine_core.memory import InMemoryStore  # noqa: E402
+from engine_core.store import Store  # noqa: E402
+
+
+def with_database(uri: str, database: str) -> str:
+    """``uri`` pointing at ``database`` (replacing any database path it had)."""
+    scheme, rest = uri.split("://", 1)
+    hosts, _, tail = rest.partition("/")
+    _, _, query = tail.partition("?")
+    return f"{scheme}://{hosts}/{database}" + (f"?{query}" if query else "")
+
+
+@pytest.fixture(scope="session")
+def nx_uri(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The primary MongoDB test server: ``MONGODB_URI``, or nx-27017 started here."""
+    if os.environ.get("MONGODB_URI"):
+        yield os.environ["MONGODB_URI"]
+        return
+    server = test_servers.start_nx(tmp_path_factory.mktemp("nx"))
+    try:
+        yield server.uri
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def mongoeco_uri() -> Iterator[str]:
+    """The second, independent wire server; skipped with the reason when unavailable."""
+    if os.environ.get("MONGODB_URI"):
+        pytest.skip("MONGODB_URI is set: the suite runs against that server only")
+    python313 = test_servers.find_python313()
+    if python313 is None:
+        pytest.skip("no Python 3.13 found: mongoeco's wire server needs it")
+    server = test_servers.start_mongoeco()
+    if server is None:
+        pytest.skip("mongoeco's wire server could not be set up (see output above)")
+    try:
+        yield server.uri
+    finally:
+        server.stop()
+
+
+async def mongo_store(uri: str) -> Any:
+    from pikku_mongo import MongoStore
+
+    store = MongoStore.from_uri(with_database(uri, f"t_{uuid.uuid4().hex[:12]}"))
+    await store.init()
+    return store
+
+
+StoreFactory = Callable[[], Any]
+
+
+@pytest.fixture(params=["memory", "mongo"])
+async def store(request: pytest.FixtureRequest) -> AsyncIterator[Store]:
+    """Every engine test runs on the in-memory store and on MongoStore."""
+    if request.param == "memory":
+        made: Store = InMemoryStore()
+        await made.init()
+    else:
+        made = await mongo_store(request.getfixturevalue("nx_uri"))
+    yield made
+    await made.close()
+
+
+@pytest.fixture
+def make_engine(store: Store) -> Callable[..., Engine]:
+    """Engines on the test's store; several may share it (one client, one worker...)."""
+
+    def make(**options: Any) -> Engine:
+        options.setdefault("lease_ttl", "5s")
+        return Engine(store, **options)
+
+    return make
+
+
+@pytest.fixture
+def engine(make_engine: Callable[..., Engine]) -> Engine:
+    return make_engine()
