@@ -348,7 +348,8 @@ class Engine:
         self._work.set()
 
     async def drive(self, run_id: str) -> bool:
-        """Give the run passes while it is owed them; False if another process holds it."""
+        """Give the run passes here, while it is owed them; False if another process holds
+        it. (Workers call this; it runs the workflow in this process even as a client.)"""
         if run_id in self._driving:
             return True
         self._driving.add(run_id)

@@ -154,6 +154,10 @@ class WorkflowRecovery:
         if not self.backoff.eligible(run_id, now):
             return False
         self.backoff.note(run_id, now)
+        if not self.engine.serving:
+            # A client runs no steps: it leaves the pass owed for the fleet's workers.
+            await self.engine.store.request_pass(run_id)
+            return True
         try:
             driven = await self.engine.drive(run_id)
         except Exception:
