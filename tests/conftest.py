@@ -18,11 +18,11 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 
-import test_servers  # noqa: E402
+import test_servers
 
-from engine_core import Engine  # noqa: E402
-from engine_core.memory import InMemoryStore  # noqa: E402
-from engine_core.store import Store  # noqa: E402
+from engine_core import Engine
+from engine_core.memory import InMemoryStore
+from engine_core.store import Store
 
 
 def with_database(uri: str, database: str) -> str:

@@ -228,7 +228,7 @@ async def test_unserialisable_step_result_fails_that_step_clearly(engine: Engine
 
     async with engine:
         run_id = await engine.start("bad-result")
-        with pytest.raises(WorkflowRunFailedError, match="'makes-object'.*object"):
+        with pytest.raises(WorkflowRunFailedError, match=r"'makes-object'.*object"):
             await engine.result(run_id, timeout=10)
     assert calls == [1]  # not retried: it would fail the same way
     step = (await engine.status(run_id)).steps["makes-object"]
