@@ -7,7 +7,7 @@ with the store.
 
 from __future__ import annotations
 
-import copy
+import copy as _copy_module
 from collections.abc import Iterable, Sequence
 from dataclasses import fields, replace
 from datetime import datetime, timedelta
@@ -30,6 +30,26 @@ from engine_core.records import (
 _STEP_FIELDS = frozenset(f.name for f in fields(StepRecord))
 
 
+def _clone(value: Any) -> Any:
+    """A deep copy of records and JSON-shaped values; immutable leaves are shared.
+
+    Much cheaper than ``copy.deepcopy`` on the hot path, and enough: everything the
+    engine stores is dicts, lists, scalars, datetimes and the record dataclasses.
+    """
+    kind = type(value)
+    if kind is dict:
+        return {k: _clone(v) for k, v in value.items()}
+    if kind is list:
+        return [_clone(v) for v in value]
+    if hasattr(kind, "__dataclass_fields__"):
+        twin = _copy_module.copy(value)
+        for name, item in vars(value).items():
+            if type(item) in (dict, list) or hasattr(type(item), "__dataclass_fields__"):
+                object.__setattr__(twin, name, _clone(item))
+        return twin
+    return value
+
+
 class InMemoryStore:
     """A single-process store that keeps everything in dicts."""
 
@@ -50,13 +70,13 @@ class InMemoryStore:
     async def insert_run(self, run: RunRecord) -> RunRecord | None:
         existing = self._runs.get(run.run_id)
         if existing is not None:
-            return copy.deepcopy(existing)
-        self._runs[run.run_id] = copy.deepcopy(run)
+            return _clone(existing)
+        self._runs[run.run_id] = _clone(run)
         return None
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         run = self._runs.get(run_id)
-        return copy.deepcopy(run) if run is not None else None
+        return _clone(run) if run is not None else None
 
     async def begin_pass(self, run_id: str) -> RunRecord | None:
         run = self._runs.get(run_id)
@@ -65,7 +85,7 @@ class InMemoryStore:
         run.token += 1
         run.passes += 1
         run.pending_pass = False
-        return copy.deepcopy(run)
+        return _clone(run)
 
     async def start_step(
         self,
@@ -103,8 +123,8 @@ class InMemoryStore:
         run.inflight = {}
         if status is not None:
             run.status = status
-            run.output = copy.deepcopy(output)
-            run.error = copy.deepcopy(error)
+            run.output = _clone(output)
+            run.error = _clone(error)
         run.updated_at = utcnow()
         return True
 
@@ -127,14 +147,14 @@ class InMemoryStore:
             return None
         run.status = status
         if error is not None:
-            run.error = copy.deepcopy(error)
+            run.error = _clone(error)
         if request_pass:
             run.pending_pass = True
         run.updated_at = utcnow()
-        return copy.deepcopy(run)
+        return _clone(run)
 
     async def list_child_runs(self, run_id: str) -> list[RunRecord]:
-        return [copy.deepcopy(r) for r in self._runs.values() if r.parent_run_id == run_id]
+        return [_clone(r) for r in self._runs.values() if r.parent_run_id == run_id]
 
     async def find_runs_needing_pass(self, workflows: Sequence[str], limit: int) -> list[str]:
         wanted = set(workflows)
@@ -163,7 +183,7 @@ class InMemoryStore:
             ),
             key=lambda r: (r.updated_at, r.run_id),
         )
-        return [copy.deepcopy(r) for r in found[:limit]]
+        return [_clone(r) for r in found[:limit]]
 
     async def list_runs(
         self,
@@ -183,7 +203,7 @@ class InMemoryStore:
             ),
             key=lambda r: r.run_id,
         )
-        return [copy.deepcopy(r) for r in found[:limit]]
+        return [_clone(r) for r in found[:limit]]
 
     async def delete_runs(self, *, finished_before: datetime, limit: int) -> int:
         doomed = sorted(
@@ -201,16 +221,16 @@ class InMemoryStore:
     # ---- steps ------------------------------------------------------------------
 
     async def load_steps(self, run_id: str) -> list[StepRecord]:
-        return [copy.deepcopy(s) for (rid, _), s in self._steps.items() if rid == run_id]
+        return [_clone(s) for (rid, _), s in self._steps.items() if rid == run_id]
 
     async def get_step(self, run_id: str, key: str) -> StepRecord | None:
         step = self._steps.get((run_id, key))
-        return copy.deepcopy(step) if step is not None else None
+        return _clone(step) if step is not None else None
 
     async def insert_step(self, step: StepRecord) -> bool:
         if (step.run_id, step.key) in self._steps:
             return False
-        self._steps[(step.run_id, step.key)] = copy.deepcopy(step)
+        self._steps[(step.run_id, step.key)] = _clone(step)
         return True
 
     async def update_step(
@@ -230,17 +250,17 @@ class InMemoryStore:
             if not guard.missing_ok:
                 return False
             base = {"kind": "inline", "status": "pending", **changes}
-            step = StepRecord(run_id=run_id, key=key, **copy.deepcopy(base))
+            step = StepRecord(run_id=run_id, key=key, **_clone(base))
             if entry is not None:
-                step.history.append(copy.deepcopy(entry))
+                step.history.append(_clone(entry))
             self._steps[(run_id, key)] = step
             return True
         if not _matches(step, guard):
             return False
-        for name, value in copy.deepcopy(changes).items():
+        for name, value in _clone(changes).items():
             setattr(step, name, value)
         if entry is not None:
-            step.history.append(copy.deepcopy(entry))
+            step.history.append(_clone(entry))
         return True
 
     async def claim_step(
@@ -271,7 +291,7 @@ class InMemoryStore:
         step.claim_holder = holder
         step.claim_expires_at = now + timedelta(seconds=claim_ttl)
         step.updated_at = now
-        return copy.deepcopy(step)
+        return _clone(step)
 
     async def extend_claim(
         self, run_id: str, key: str, *, holder: str, attempt: int, claim_ttl: float
@@ -302,21 +322,21 @@ class InMemoryStore:
         if after is not None:
             mark = (after.due_at, after.run_id, after.key)
             found = [s for s in found if _step_order(s) > mark]
-        return [copy.deepcopy(s) for s in found[:limit]]
+        return [_clone(s) for s in found[:limit]]
 
     # ---- events -----------------------------------------------------------------
 
     async def insert_event(self, event: EventRecord) -> None:
-        self._events.append(copy.deepcopy(event))
+        self._events.append(_clone(event))
 
     async def consume_event(self, run_id: str, name: str, consumer: str) -> EventRecord | None:
         mine = [e for e in self._events if e.run_id == run_id and e.consumed_by == consumer]
         if mine:
-            return copy.deepcopy(mine[0])
+            return _clone(mine[0])
         for event in self._events:  # kept in arrival order
             if event.run_id == run_id and event.name == name and event.consumed_by is None:
                 event.consumed_by = consumer
-                return copy.deepcopy(event)
+                return _clone(event)
         return None
 
     async def has_event(self, run_id: str, name: str) -> bool:

@@ -50,6 +50,10 @@ def trace_id_of(traceparent: str | None) -> str | None:
 @contextmanager
 def attempt_span(traceparent: str | None, name: str, attributes: dict[str, Any]) -> Iterator[Span]:
     """A span for one step attempt, a child of the run's stored trace."""
+    if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        # No SDK configured: every span would be a no-op, so skip building one.
+        yield trace.INVALID_SPAN
+        return
     carrier = {"traceparent": traceparent} if traceparent else {}
     context = _propagator.extract(carrier)
     with _tracer.start_as_current_span(

@@ -21,17 +21,34 @@ from engine_core.store import Store
 
 def make_run(run_id: str = "run-1", workflow: str = "wf", **extra: Any) -> RunRecord:
     now = utcnow()
-    return RunRecord(run_id=run_id, workflow=workflow, status="running", input={"n": 1},
-                     created_at=now, updated_at=now, **extra)
+    return RunRecord(
+        run_id=run_id,
+        workflow=workflow,
+        status="running",
+        input={"n": 1},
+        created_at=now,
+        updated_at=now,
+        **extra,
+    )
 
 
-def make_job(run_id: str, key: str, *, due_in: float = -1.0, function: str = "fn",
-             **extra: Any) -> StepRecord:
+def make_job(
+    run_id: str, key: str, *, due_in: float = -1.0, function: str = "fn", **extra: Any
+) -> StepRecord:
     now = utcnow()
-    return StepRecord(run_id=run_id, key=key, kind="dispatch", status="scheduled",
-                      function=function, payload={"k": key}, max_attempts=3,
-                      due_at=now + timedelta(seconds=due_in), scheduled_at=now,
-                      updated_at=now, **extra)
+    return StepRecord(
+        run_id=run_id,
+        key=key,
+        kind="dispatch",
+        status="scheduled",
+        function=function,
+        payload={"k": key},
+        max_attempts=3,
+        due_at=now + timedelta(seconds=due_in),
+        scheduled_at=now,
+        updated_at=now,
+        **extra,
+    )
 
 
 async def begin(store: Store, run_id: str = "run-1") -> int:
@@ -101,31 +118,43 @@ class StoreConformance:
         await store.insert_run(make_run())
         token = await begin(store)
         now = utcnow()
-        assert await store.start_step("run-1", token=token, status="running", key="a.b$c",
-                                      attempt=1, started_at=now)
+        assert await store.start_step(
+            "run-1", token=token, status="running", key="a.b$c", attempt=1, started_at=now
+        )
         got = await store.get_run("run-1")
         assert got is not None
         assert got.inflight == {"a.b$c": InflightStep(attempt=1, started_at=now)}
         # A newer pass fences the old one out.
         newer = await begin(store)
-        assert not await store.start_step("run-1", token=token, status="running", key="b",
-                                          attempt=1, started_at=now)
+        assert not await store.start_step(
+            "run-1", token=token, status="running", key="b", attempt=1, started_at=now
+        )
         # A stop is seen at the step boundary.
         assert await store.set_run_status("run-1", "suspended", expect=("running",))
-        assert not await store.start_step("run-1", token=newer, status="running", key="b",
-                                          attempt=1, started_at=now)
-        assert await store.start_step("run-1", token=newer, status="suspended", key="b",
-                                      attempt=1, started_at=now)
+        assert not await store.start_step(
+            "run-1", token=newer, status="running", key="b", attempt=1, started_at=now
+        )
+        assert await store.start_step(
+            "run-1", token=newer, status="suspended", key="b", attempt=1, started_at=now
+        )
 
     async def test_start_step_clears_done_keys(self, store: Store) -> None:
         await store.insert_run(make_run())
         token = await begin(store)
         now = utcnow()
         for key in ("a", "b"):
-            await store.start_step("run-1", token=token, status="running", key=key, attempt=1,
-                                   started_at=now)
-        await store.start_step("run-1", token=token, status="running", key="c", attempt=2,
-                               started_at=now, done=["a", "b", "c"])
+            await store.start_step(
+                "run-1", token=token, status="running", key=key, attempt=1, started_at=now
+            )
+        await store.start_step(
+            "run-1",
+            token=token,
+            status="running",
+            key="c",
+            attempt=2,
+            started_at=now,
+            done=["a", "b", "c"],
+        )
         got = await store.get_run("run-1")
         assert got is not None and set(got.inflight) == {"c"}
         assert got.inflight["c"].attempt == 2
@@ -133,28 +162,39 @@ class StoreConformance:
     async def test_settle_run_is_guarded_and_clears_inflight(self, store: Store) -> None:
         await store.insert_run(make_run())
         token = await begin(store)
-        await store.start_step("run-1", token=token, status="running", key="a", attempt=1,
-                               started_at=utcnow())
-        assert not await store.settle_run("run-1", token=token + 1, expect=("running",),
-                                          status="completed", output=1)
-        assert not await store.settle_run("run-1", token=token, expect=("suspended",),
-                                          status="completed", output=1)
+        await store.start_step(
+            "run-1", token=token, status="running", key="a", attempt=1, started_at=utcnow()
+        )
+        assert not await store.settle_run(
+            "run-1", token=token + 1, expect=("running",), status="completed", output=1
+        )
+        assert not await store.settle_run(
+            "run-1", token=token, expect=("suspended",), status="completed", output=1
+        )
         assert await store.settle_run("run-1", token=token, expect=("running",))
         got = await store.get_run("run-1")
         assert got is not None and got.inflight == {} and got.status == "running"
         error = {"type": "ValueError", "message": "boom", "stack": "..."}
-        assert await store.settle_run("run-1", token=token, expect=("running",),
-                                      status="failed", error=error)
+        assert await store.settle_run(
+            "run-1", token=token, expect=("running",), status="failed", error=error
+        )
         got = await store.get_run("run-1")
         assert got is not None and got.status == "failed" and got.error == error
-        assert await store.settle_run("run-1", token=token, expect=("failed",),
-                                      status="failed") is True
+        assert (
+            await store.settle_run("run-1", token=token, expect=("failed",), status="failed")
+            is True
+        )
 
     async def test_settle_run_stores_output(self, store: Store) -> None:
         await store.insert_run(make_run())
         token = await begin(store)
-        assert await store.settle_run("run-1", token=token, expect=("running",),
-                                      status="completed", output={"ok": [1, {"$x": 2}]})
+        assert await store.settle_run(
+            "run-1",
+            token=token,
+            expect=("running",),
+            status="completed",
+            output={"ok": [1, {"$x": 2}]},
+        )
         got = await store.get_run("run-1")
         assert got is not None and got.output == {"ok": [1, {"$x": 2}]}
 
@@ -162,8 +202,9 @@ class StoreConformance:
         await store.insert_run(make_run())
         assert await store.set_run_status("run-1", "completed", expect=("suspended",)) is None
         error = {"type": "WorkflowRunCancelledError", "message": "cancelled"}
-        after = await store.set_run_status("run-1", "cancelled", expect=("running",),
-                                           error=error, request_pass=True)
+        after = await store.set_run_status(
+            "run-1", "cancelled", expect=("running",), error=error, request_pass=True
+        )
         assert after is not None and after.status == "cancelled" and after.error == error
         assert after.pending_pass is True
         assert await store.set_run_status("missing", "cancelled", expect=("running",)) is None
@@ -200,8 +241,9 @@ class StoreConformance:
         await store.insert_run(make_run("a"))
         await store.insert_run(make_run("b"))
         token = await begin(store, "b")
-        await store.start_step("b", token=token, status="running", key="s", attempt=1,
-                               started_at=utcnow())
+        await store.start_step(
+            "b", token=token, status="running", key="s", attempt=1, started_at=utcnow()
+        )
         await store.insert_run(make_run("done"))
         await store.set_run_status("done", "completed", expect=("running",))
         later = utcnow() + timedelta(seconds=5)
@@ -230,16 +272,16 @@ class StoreConformance:
         await store.set_run_status("old-done", "completed", expect=("running",))
         await store.insert_run(make_run("live"))
         await store.insert_step(make_job("live", "s"))
-        deleted = await store.delete_runs(finished_before=utcnow() + timedelta(seconds=5),
-                                          limit=100)
+        deleted = await store.delete_runs(
+            finished_before=utcnow() + timedelta(seconds=5), limit=100
+        )
         assert deleted == 1
         assert await store.get_run("old-done") is None
         assert await store.load_steps("old-done") == []
         assert not await store.has_event("old-done", "ev")
         assert await store.get_run("live") is not None
         assert len(await store.load_steps("live")) == 1
-        assert await store.delete_runs(finished_before=utcnow() - timedelta(days=1),
-                                       limit=100) == 0
+        assert await store.delete_runs(finished_before=utcnow() - timedelta(days=1), limit=100) == 0
 
     # ---- steps ------------------------------------------------------------------
 
@@ -262,7 +304,9 @@ class StoreConformance:
     async def test_concurrent_upserts_of_one_step_make_one_row(self, store: Store) -> None:
         async def upsert(attempt: int) -> bool:
             return await store.update_step(
-                "run-1", "s", guard=StepGuard(attempts_below=attempt, missing_ok=True),
+                "run-1",
+                "s",
+                guard=StepGuard(attempts_below=attempt, missing_ok=True),
                 changes={"status": "succeeded", "attempts": attempt, "kind": "inline"},
             )
 
@@ -273,15 +317,24 @@ class StoreConformance:
     async def test_update_step_fences_by_attempt(self, store: Store) -> None:
         entry = AttemptEntry(attempt=2, status="succeeded", at=utcnow(), started_at=utcnow())
         assert await store.update_step(
-            "run-1", "s", guard=StepGuard(attempts_below=2, missing_ok=True),
-            changes={"kind": "inline", "status": "succeeded", "attempts": 2,
-                     "result": {"v": [1, "$a"]}, "compensable": True},
+            "run-1",
+            "s",
+            guard=StepGuard(attempts_below=2, missing_ok=True),
+            changes={
+                "kind": "inline",
+                "status": "succeeded",
+                "attempts": 2,
+                "result": {"v": [1, "$a"]},
+                "compensable": True,
+            },
             entry=entry,
         )
         # A zombie of attempt 1 or a repeat of attempt 2 cannot overwrite it.
         for stale in (1, 2):
             assert not await store.update_step(
-                "run-1", "s", guard=StepGuard(attempts_below=stale, missing_ok=True),
+                "run-1",
+                "s",
+                guard=StepGuard(attempts_below=stale, missing_ok=True),
                 changes={"status": "failed", "attempts": stale},
             )
         got = await store.get_step("run-1", "s")
@@ -292,20 +345,33 @@ class StoreConformance:
 
     async def test_update_step_guards_and_history(self, store: Store) -> None:
         await store.insert_step(make_job("run-1", "s"))
-        assert not await store.update_step("run-1", "s", guard=StepGuard(status_in=("running",)),
-                                           changes={"status": "failed"})
-        assert not await store.update_step("run-1", "missing",
-                                           guard=StepGuard(status_in=("scheduled",)),
-                                           changes={"status": "failed"})
-        first = AttemptEntry(attempt=1, status="failed", at=utcnow(),
-                             error={"type": "E", "message": "m"})
+        assert not await store.update_step(
+            "run-1", "s", guard=StepGuard(status_in=("running",)), changes={"status": "failed"}
+        )
+        assert not await store.update_step(
+            "run-1",
+            "missing",
+            guard=StepGuard(status_in=("scheduled",)),
+            changes={"status": "failed"},
+        )
+        first = AttemptEntry(
+            attempt=1, status="failed", at=utcnow(), error={"type": "E", "message": "m"}
+        )
         second = AttemptEntry(attempt=2, status="succeeded", at=utcnow())
-        assert await store.update_step("run-1", "s", guard=StepGuard(status_in=("scheduled",)),
-                                       changes={"status": "pending", "error": first.error},
-                                       entry=first)
-        assert await store.update_step("run-1", "s", guard=StepGuard(attempts=0),
-                                       changes={"status": "succeeded", "result": None,
-                                                "error": None}, entry=second)
+        assert await store.update_step(
+            "run-1",
+            "s",
+            guard=StepGuard(status_in=("scheduled",)),
+            changes={"status": "pending", "error": first.error},
+            entry=first,
+        )
+        assert await store.update_step(
+            "run-1",
+            "s",
+            guard=StepGuard(attempts=0),
+            changes={"status": "succeeded", "result": None, "error": None},
+            entry=second,
+        )
         got = await store.get_step("run-1", "s")
         assert got is not None and got.history == [first, second] and got.error is None
 
@@ -348,7 +414,9 @@ class StoreConformance:
         assert second is not None and second.attempts == 2 and second.claim_holder == "live"
         # The dead worker's outcome is fenced out.
         assert not await store.update_step(
-            "r", "s", guard=StepGuard(status_in=("running",), attempts=1, claim_holder="dead"),
+            "r",
+            "s",
+            guard=StepGuard(status_in=("running",), attempts=1, claim_holder="dead"),
             changes={"status": "succeeded"},
         )
         assert not await store.extend_claim("r", "s", holder="dead", attempt=1, claim_ttl=30)
