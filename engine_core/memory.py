@@ -11,7 +11,7 @@ import copy as _copy_module
 from collections.abc import Iterable, Sequence
 from dataclasses import fields, replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from engine_core.records import (
     TERMINAL,
@@ -27,10 +27,11 @@ from engine_core.records import (
     utcnow,
 )
 
+_T = TypeVar("_T")
 _STEP_FIELDS = frozenset(f.name for f in fields(StepRecord))
 
 
-def _clone(value: Any) -> Any:
+def _clone(value: _T) -> _T:
     """A deep copy of records and JSON-shaped values; immutable leaves are shared.
 
     Much cheaper than ``copy.deepcopy`` on the hot path, and enough: everything the
@@ -38,9 +39,9 @@ def _clone(value: Any) -> Any:
     """
     kind = type(value)
     if kind is dict:
-        return {k: _clone(v) for k, v in value.items()}
+        return cast(_T, {k: _clone(v) for k, v in cast(dict[str, Any], value).items()})
     if kind is list:
-        return [_clone(v) for v in value]
+        return cast(_T, [_clone(v) for v in cast(list[Any], value)])
     if hasattr(kind, "__dataclass_fields__"):
         twin = _copy_module.copy(value)
         for name, item in vars(value).items():
