@@ -15,9 +15,11 @@ from engine_core.errors import (
     WorkflowRunCancelledError,
     WorkflowRunFailedError,
 )
+from engine_core.mirror import RunMirror
 from engine_core.recovery import RecoveryReport, WorkflowRecovery
 from engine_core.status import RunStatus, StepStatus, TimelineEntry
 from engine_core.store import Store
+from engine_core.tracing import TraceIdFilter
 
 __all__ = [
     "Engine",
@@ -28,6 +30,7 @@ __all__ = [
     "LeaseLostError",
     "NotSerializableError",
     "RecoveryReport",
+    "RunMirror",
     "RunNotFoundError",
     "RunStatus",
     "StepFailedError",
@@ -35,6 +38,7 @@ __all__ = [
     "StepStatus",
     "Store",
     "TimelineEntry",
+    "TraceIdFilter",
     "WorkflowContext",
     "WorkflowNotRegisteredError",
     "WorkflowRecovery",

@@ -13,6 +13,7 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import replace
 from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeVar
@@ -25,6 +26,7 @@ from engine_core.errors import (
     WorkflowRunCancelledError,
     WorkflowRunFailedError,
 )
+from engine_core.mirror import RunMirror, mirror_run, mirror_step
 from engine_core.records import (
     FAILED_ENDINGS,
     TERMINAL,
@@ -63,6 +65,7 @@ class Engine:
         stalled_after: Duration = "5m",
         undispatched_after: Duration = "30s",
         concurrency: int = 16,
+        mirror: RunMirror | None = None,
     ) -> None:
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ValueError(f"concurrency must be a positive integer, not {concurrency!r}")
@@ -74,6 +77,7 @@ class Engine:
         self.stalled_after = parse_duration(stalled_after, what="stalled_after")
         self.undispatched_after = parse_duration(undispatched_after, what="undispatched_after")
         self.concurrency = concurrency
+        self.mirror = mirror
         self.instance_id = uuid.uuid4().hex
         self._workflows: dict[str, WorkflowFn] = {}
         self._step_functions: dict[str, StepFn] = {}
@@ -193,6 +197,7 @@ class Engine:
                     f"{existing.workflow!r}, not {workflow!r}; choose another id"
                 )
             return run_id
+        await mirror_run(self.mirror, run)
         self._kick_local(run_id)
         return run_id
 
@@ -277,6 +282,7 @@ class Engine:
         )
         if updated is None:
             return
+        await mirror_run(self.mirror, updated)
         await self.store.halt_steps(run_id, True)
         for child in await self.store.list_child_runs(run_id):
             if child.status not in TERMINAL:
@@ -289,15 +295,19 @@ class Engine:
     async def suspend(self, run_id: str) -> None:
         """Pause the run: no new step of it starts until :meth:`resume`."""
         run = await self._get(run_id)
-        if await self.store.set_run_status(run.run_id, "suspended", expect=("running",)):
+        updated = await self.store.set_run_status(run.run_id, "suspended", expect=("running",))
+        if updated is not None:
+            await mirror_run(self.mirror, updated)
             await self.store.halt_steps(run_id, True)
 
     async def resume(self, run_id: str) -> None:
         """Set a suspended run running again and give it a pass."""
         run = await self._get(run_id)
-        if await self.store.set_run_status(
+        updated = await self.store.set_run_status(
             run.run_id, "running", expect=("suspended",), request_pass=True
-        ):
+        )
+        if updated is not None:
+            await mirror_run(self.mirror, updated)
             await self.store.halt_steps(run_id, False)
             self._kick_local(run_id)
             self._work_arrived()
@@ -413,7 +423,11 @@ class Engine:
     async def _run_ended(
         self, run: RunRecord, status: RunState, output: Any, error: dict[str, Any] | None
     ) -> None:
-        """After a run reached a terminal status: settle its parent's step, wake waiters."""
+        """After a run moved to ``status`` in the store: mirror it; when terminal, settle its
+        parent's step and wake local waiters."""
+        if self.mirror is not None:
+            ended = replace(run, status=status, output=output, error=error, inflight={})
+            await mirror_run(self.mirror, ended)
         self._settled.set()
         self._settled = asyncio.Event()
         if run.parent_run_id is None or run.parent_step is None or status not in TERMINAL:
@@ -452,7 +466,10 @@ class Engine:
         )
         if landed:
             await self.trigger(parent_id)
-        return await self.store.get_step(parent_id, parent_step)
+        settled = await self.store.get_step(parent_id, parent_step)
+        if landed and settled is not None:
+            await mirror_step(self.mirror, settled)
+        return settled
 
     def _child_run_id(self, parent_id: str, key: str) -> str:
         candidate = f"{parent_id}:{key}"

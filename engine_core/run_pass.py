@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from engine_core.context import StepInfo, WorkflowContext, _current_step
 from engine_core.durations import Duration, check_retry_delay, parse_duration, retry_delay_seconds
 from engine_core.errors import NotSerializableError, StepFailedError
+from engine_core.mirror import mirror_step
 from engine_core.records import (
     AttemptEntry,
     Lease,
@@ -30,7 +31,7 @@ from engine_core.records import (
     StepRecord,
     utcnow,
 )
-from engine_core.tracing import attempt_span, record_failure
+from engine_core.tracing import attempt_span, record_failure, run_log_context
 from engine_core.values import check_name, idempotency_key, to_stored
 
 if TYPE_CHECKING:
@@ -120,7 +121,8 @@ class RunPass:
         failure: BaseException | None = None
         output: Any = None
         try:
-            output = await fn(WorkflowContext(self), self.run.input)
+            with run_log_context(self.run.run_id, self.traceparent):
+                output = await fn(WorkflowContext(self), self.run.input)
         except BaseException as exc:
             failure = exc
         await self._drain()
@@ -302,6 +304,7 @@ class RunPass:
         record.history.append(entry)
         self.steps[key] = record
         self._done.add(key)
+        await mirror_step(self.engine.mirror, record)
         return record
 
     async def _tracked(self, coro: Any) -> Any:
@@ -483,7 +486,8 @@ class RunPass:
     async def _arm(self, step: StepRecord) -> None:
         """Record a waiting step (once: a concurrent arm of the same step is a no-op)."""
         await self._start(step.key, 0)
-        await self.store.insert_step(step)
+        if await self.store.insert_step(step):
+            await mirror_step(self.engine.mirror, step)
         self.steps[step.key] = step
 
     async def dispatch_step(
@@ -581,6 +585,7 @@ class RunPass:
             setattr(step, field_name, value)
         self.steps[step.key] = step
         self._done.add(step.key)
+        await mirror_step(self.engine.mirror, step)
 
     async def event_step(self, name: str, timeout: Duration | None) -> Any:
         check_name(name, "event name")

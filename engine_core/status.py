@@ -83,5 +83,5 @@ def timeline(run: RunRecord, steps: list[StepRecord]) -> list[TimelineEntry]:
             known = next((s for s in steps if s.key == key), None)
             if inflight.attempt > (known.attempts if known else 0):
                 entries.append(TimelineEntry(key, inflight.attempt, "running", inflight.started_at))
-    entries.sort(key=lambda e: (e.at, e.step, e.attempt))
+    entries.sort(key=lambda e: e.at)  # stable: ties keep step order, then attempt order
     return entries

@@ -5,9 +5,11 @@ Only the OpenTelemetry API is used; without an SDK configured every call is a no
 
 from __future__ import annotations
 
+import logging
 import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from opentelemetry import trace
@@ -71,3 +73,32 @@ def record_failure(span: Span, exc: BaseException) -> None:
     if span.is_recording():
         span.record_exception(exc)
         span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+
+
+_run_context: ContextVar[tuple[str, str | None] | None] = ContextVar(
+    "engine_core_run_context", default=None
+)
+
+
+@contextmanager
+def run_log_context(run_id: str, traceparent: str | None) -> Iterator[None]:
+    """Within: log records from this task carry the run's id and trace id."""
+    reset = _run_context.set((run_id, trace_id_of(traceparent)))
+    try:
+        yield
+    finally:
+        _run_context.reset(reset)
+
+
+class TraceIdFilter(logging.Filter):
+    """Adds ``run_id`` and ``trace_id`` to every record logged while a run's pass or step
+    runs (``"-"`` elsewhere), for formats such as ``"%(trace_id)s %(message)s"``.
+
+    Attach it to a handler: ``handler.addFilter(TraceIdFilter())``.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        current = _run_context.get()
+        record.run_id = current[0] if current else "-"
+        record.trace_id = (current[1] or "-") if current else "-"
+        return True

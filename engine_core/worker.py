@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 from engine_core.context import StepInfo, _current_step
 from engine_core.durations import retry_delay_seconds
+from engine_core.mirror import mirror_step
 from engine_core.records import AttemptEntry, StepGuard, StepRecord, utcnow
 from engine_core.run_pass import error_info
-from engine_core.tracing import attempt_span, record_failure
+from engine_core.tracing import attempt_span, record_failure, run_log_context
 from engine_core.values import idempotency_key, to_stored
 
 if TYPE_CHECKING:
@@ -128,7 +129,10 @@ class Worker:
             "workflow.function": job.function or "",
         }
         try:
-            with attempt_span(job.traceparent, job.key, attributes) as span:
+            with (
+                run_log_context(job.run_id, job.traceparent),
+                attempt_span(job.traceparent, job.key, attributes) as span,
+            ):
                 reset = _current_step.set(info)
                 try:
                     async with engine._slots:
@@ -211,6 +215,10 @@ class Worker:
                 job.attempts,
             )
             return
+        if self.engine.mirror is not None:
+            recorded = await self.engine.store.get_step(job.run_id, job.key)
+            if recorded is not None:
+                await mirror_step(self.engine.mirror, recorded)
         if not retry:
             await self.engine.trigger(job.run_id)
 

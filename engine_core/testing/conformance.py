@@ -63,7 +63,7 @@ class StoreConformance:
     # ---- runs -------------------------------------------------------------------
 
     async def test_insert_and_get_run_round_trips(self, store: Store) -> None:
-        run = make_run(input_value := None) if False else make_run()
+        run = make_run()
         run.input = {"nested": {"a": [1, 2.5, "x", None, True]}, "$weird.key": "v"}
         run.wire = {"traceparent": "00-" + "a" * 32 + "-" + "b" * 16 + "-01"}
         assert await store.insert_run(run) is None
