@@ -14,7 +14,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -311,6 +311,48 @@ class Engine:
             await self.store.halt_steps(run_id, False)
             self._kick_local(run_id)
             self._work_arrived()
+
+    async def retry(self, run_id: str) -> None:
+        """Give a ``failed`` run a new pass from the step that failed it.
+
+        That step gets one more attempt (a dispatched one goes back on the queue); the
+        steps that succeeded keep their results. Raises ValueError for a run that is not
+        ``failed``.
+        """
+        run = await self._get(run_id)
+        if run.status != "failed":
+            raise ValueError(f"run {run_id!r} is {run.status}; only a failed run can be retried")
+        failed_step = (run.error or {}).get("step")
+        if isinstance(failed_step, str):
+            step = await self.store.get_step(run_id, failed_step)
+            if step is not None and step.status == "failed":
+                now = utcnow()
+                changes: dict[str, Any] = {"updated_at": now, "max_attempts": step.attempts + 1}
+                if step.kind == "dispatch":
+                    changes.update(status="scheduled", due_at=now, halted=False)
+                else:
+                    changes.update(status="pending")
+                await self.store.update_step(
+                    run_id, failed_step, guard=StepGuard(status_in=("failed",)), changes=changes
+                )
+        updated = await self.store.set_run_status(
+            run_id, "running", expect=("failed",), request_pass=True
+        )
+        if updated is not None:
+            await mirror_run(self.mirror, updated)
+            self._kick_local(run_id)
+
+    async def delete_finished_runs(self, older_than: Duration, *, batch: int = 500) -> int:
+        """Delete terminal runs last updated more than ``older_than`` ago, with their steps
+        and events; runs that are not terminal are never touched. Returns the count."""
+        age = parse_duration(older_than, what="older_than")
+        cutoff = utcnow() - timedelta(seconds=age)
+        total = 0
+        while True:
+            deleted = await self.store.delete_runs(finished_before=cutoff, limit=batch)
+            total += deleted
+            if deleted < batch:
+                return total
 
     async def recover(self, *, startup: bool = False) -> Any:
         """Run one recovery pass now and return its report."""
