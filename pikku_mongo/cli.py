@@ -1,0 +1,212 @@
+"""``pikku-mongo``: see and steer runs from a terminal. Reads ``MONGODB_URI``.
+
+    pikku-mongo runs list [--workflow W] [--status S] [--limit N] [--after ID]
+    pikku-mongo runs show RUN_ID
+    pikku-mongo runs cancel RUN_ID [--compensate]
+    pikku-mongo runs suspend RUN_ID | resume RUN_ID | retry RUN_ID
+    pikku-mongo recover
+    pikku-mongo prune --older-than 30d
+    pikku-mongo init
+
+Every command takes ``--json``. Errors are one line on stderr, with exit code 1 (2 for
+bad usage).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict, is_dataclass
+from datetime import datetime
+from typing import Any
+
+from engine_core import Engine, EngineError, RunStatus
+from pikku_mongo.store import MongoStore
+
+
+def _jsonable(value: Any) -> Any:
+    if is_dataclass(value) and not isinstance(value, type):
+        return _jsonable(asdict(value))
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return value
+
+
+def _time(value: datetime | None) -> str:
+    return value.strftime("%Y-%m-%d %H:%M:%S") if value else "-"
+
+
+def _short(value: Any, width: int = 40) -> str:
+    text = value if isinstance(value, str) else json.dumps(value)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [len(h) for h in headers]
+    for row in rows:
+        widths = [max(w, len(cell)) for w, cell in zip(widths, row, strict=True)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
+    lines.append("  ".join("-" * w for w in widths))
+    lines.extend("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows)
+    return "\n".join(lines)
+
+
+def _error_text(error: dict[str, Any] | None) -> str:
+    if not error:
+        return ""
+    return f"{error.get('type', 'Error')}: {error.get('message', '')}"
+
+
+def _show_run(status: RunStatus, history: list[Any]) -> str:
+    lines = [
+        f"run       {status.run_id}",
+        f"workflow  {status.workflow}",
+        f"status    {status.status}",
+        f"created   {_time(status.created_at)}",
+        f"updated   {_time(status.updated_at)}",
+    ]
+    if status.parent_run_id:
+        lines.append(f"parent    {status.parent_run_id}")
+    if status.output is not None:
+        lines.append(f"output    {_short(status.output, 100)}")
+    if status.error:
+        lines.append(f"error     {_short(_error_text(status.error), 100)}")
+    rows = [
+        [name, step.status, str(step.attempts), _short(_error_text(step.error) or step.result)]
+        for name, step in status.steps.items()
+    ]
+    lines += ["", _table(["step", "status", "attempts", "result / error"], rows)]
+    timeline = [
+        [
+            f"{entry.at:%H:%M:%S}.{entry.at.microsecond // 1000:03d}",
+            entry.step,
+            str(entry.attempt),
+            entry.status,
+            _short(_error_text(entry.error), 60),
+        ]
+        for entry in history
+    ]
+    lines += ["", _table(["time", "step", "attempt", "status", "error"], timeline)]
+    return "\n".join(lines)
+
+
+async def _run(args: argparse.Namespace, uri: str) -> Any:
+    store = MongoStore.from_uri(uri)
+    engine = Engine(store)
+    try:
+        if args.command == "init":
+            await store.init()
+            return {"initialised": True}, "indexes created"
+        if args.command == "recover":
+            report = await engine.recover()
+            data = {
+                "skipped": report.skipped,
+                "woken": report.woken,
+                "rearmed": report.rearmed,
+                "redispatched": report.redispatched,
+                "resumed": report.resumed,
+            }
+            text = (
+                "another instance holds the recovery lease; nothing done"
+                if report.skipped
+                else f"recovery: {report.summary()}"
+            )
+            return data, text
+        if args.command == "prune":
+            deleted = await engine.delete_finished_runs(args.older_than)
+            return {"deleted": deleted}, f"deleted {deleted} finished run(s)"
+        action = args.action
+        if action == "list":
+            runs = await engine.list_runs(
+                workflow=args.workflow, status=args.status, limit=args.limit, after=args.after
+            )
+            rows = [
+                [r.run_id, r.workflow, r.status, _time(r.created_at), _time(r.updated_at)]
+                for r in runs
+            ]
+            text = _table(["run", "workflow", "status", "created", "updated"], rows)
+            if len(runs) == args.limit:
+                text += f"\n(more: --after {runs[-1].run_id})"
+            return [_jsonable(r) for r in runs], text
+        if action == "show":
+            status = await engine.status(args.run_id)
+            history = await engine.history(args.run_id)
+            data = _jsonable(status)
+            data["history"] = _jsonable(history)
+            return data, _show_run(status, history)
+        if action == "cancel":
+            await engine.cancel(args.run_id, compensate=args.compensate)
+        elif action == "suspend":
+            await engine.suspend(args.run_id)
+        elif action == "resume":
+            await engine.resume(args.run_id)
+        elif action == "retry":
+            await engine.retry(args.run_id)
+        status = await engine.status(args.run_id)
+        return {"run_id": status.run_id, "status": status.status}, (
+            f"run {status.run_id} is {status.status}"
+        )
+    finally:
+        await store.close()
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pikku-mongo", description=__doc__.split("\n")[0])
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--json", action="store_true", help="print JSON")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("init", parents=[common], help="create the indexes")
+    sub.add_parser("recover", parents=[common], help="run one recovery pass")
+    prune = sub.add_parser("prune", parents=[common], help="delete old finished runs")
+    prune.add_argument("--older-than", required=True, help="age, such as 30d or 12h")
+    runs = sub.add_parser("runs", help="list, show and steer runs")
+    actions = runs.add_subparsers(dest="action", required=True)
+    listing = actions.add_parser("list", parents=[common], help="list runs")
+    listing.add_argument("--workflow")
+    listing.add_argument("--status")
+    listing.add_argument("--limit", type=int, default=50)
+    listing.add_argument("--after", help="the last run id of the previous page")
+    for name, text in (
+        ("show", "steps, attempts and timeline of a run"),
+        ("cancel", "cancel a run"),
+        ("suspend", "suspend a run"),
+        ("resume", "resume a suspended run"),
+        ("retry", "give a failed run a new pass from its failed step"),
+    ):
+        action = actions.add_parser(name, parents=[common], help=text)
+        action.add_argument("run_id")
+        if name == "cancel":
+            action.add_argument(
+                "--compensate", action="store_true", help="run the compensations of finished steps"
+            )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    uri = os.environ.get("MONGODB_URI")
+    if not uri:
+        print("pikku-mongo: set MONGODB_URI (with a database name in its path)", file=sys.stderr)
+        return 1
+    try:
+        data, text = asyncio.run(_run(args, uri))
+    except (EngineError, ValueError, TypeError, OSError) as exc:
+        print(f"pikku-mongo: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # a one-line error for anything the driver raises
+        print(f"pikku-mongo: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(data, indent=2) if args.json else text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

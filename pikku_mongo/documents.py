@@ -1,0 +1,343 @@
+"""Mapping between the engine's records and the BSON documents stored for them.
+
+Three encodings keep user data from ever being read as query syntax, and one keeps
+times exact:
+
+* Values (run input/output/error/wire, step result/payload/error, event payload)
+  and history entries are stored as JSON text, so a user key such as ``"$set"`` or
+  ``"a.b"`` is just characters inside a string.
+* Identity strings that filters and sorts compare (run ids, step keys, names,
+  holders, consumers) go through :func:`pack`, an order-preserving escape of the NUL
+  character (nx-27017 cannot match a string containing NUL by equality). It is the
+  identity on every string without ``\\x00`` or ``\\x01``.
+* The run's ``inflight`` map is keyed by :func:`inflight_field` (a digest of the step
+  key), never by the user's key itself; the real key is stored inside the entry.
+
+Times are stored as integer microseconds since the Unix epoch (UTC), not as BSON dates:
+nx-27017 compares dates through SQLite's ``datetime()``, which drops everything below
+the second (a lease expiring in 0.9 s would already count as expired), and stores a
+date written by ``$set`` as a string. Integers compare exactly on every server and keep
+the microseconds the in-memory store keeps. The one BSON date is a lease's
+``expires_at``, there only for the TTL index (clean-up); no query reads it.
+
+Step documents written by an upsert (see ``MongoStore.update_step``) may lack fields
+that were never written; :func:`step_from_doc` reads a missing field as the
+``StepRecord`` default.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import fields
+from datetime import UTC, datetime, timedelta
+from typing import Any, cast
+
+from engine_core.records import (
+    AttemptEntry,
+    EventRecord,
+    InflightStep,
+    Lease,
+    RunRecord,
+    RunState,
+    StepKind,
+    StepRecord,
+    StepState,
+)
+from pikku_mongo.checks import check_str
+
+Doc = dict[str, Any]
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_ONE_US = timedelta(microseconds=1)
+
+STEP_FIELDS: frozenset[str] = frozenset(f.name for f in fields(StepRecord))
+#: StepRecord fields stored as JSON text.
+_STEP_JSON_FIELDS = frozenset({"result", "payload", "error"})
+#: StepRecord fields holding times.
+_STEP_TIME_FIELDS = frozenset(
+    {"due_at", "scheduled_at", "updated_at", "ended_at", "claim_expires_at"}
+)
+#: StepRecord fields that filters compare as identity strings (packed).
+_STEP_PACKED_FIELDS = frozenset({"function", "claim_holder", "child_run_id", "event"})
+#: Fields an update may not change: they are the step's identity.
+STEP_IDENTITY = frozenset({"run_id", "key"})
+
+_UNESCAPE = re.compile("\x01(.)", re.DOTALL)
+
+
+# ---- scalars ------------------------------------------------------------------------
+
+
+def pack(value: str) -> str:
+    """Escape NUL order-preservingly: ``\\x00`` -> ``\\x01\\x01``, ``\\x01`` -> ``\\x01\\x02``."""
+    if "\x00" not in value and "\x01" not in value:
+        return value
+    return value.replace("\x01", "\x01\x02").replace("\x00", "\x01\x01")
+
+
+def unpack(value: str) -> str:
+    if "\x01" not in value:
+        return value
+    return _UNESCAPE.sub(lambda m: "\x00" if m.group(1) == "\x01" else "\x01", value)
+
+
+def pack_opt(value: str | None) -> str | None:
+    return None if value is None else pack(value)
+
+
+def unpack_opt(value: Any) -> str | None:
+    return None if value is None else unpack(cast(str, value))
+
+
+def dump_value(value: Any) -> str:
+    """A JSON-shaped value as JSON text (ASCII, so it always encodes as BSON)."""
+    return json.dumps(value, separators=(",", ":"))
+
+
+def load_value(text: Any) -> Any:
+    return None if text is None else json.loads(cast(str, text))
+
+
+def to_us(moment: datetime) -> int:
+    """A time as integer microseconds since the epoch (a naive time is taken as UTC,
+    as PyMongo takes it)."""
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return (moment - EPOCH) // _ONE_US
+
+
+def from_us(value: Any) -> datetime:
+    return EPOCH + timedelta(microseconds=int(value))
+
+
+#: Lower bound for "has a time" (``datetime.min``): ``{"$gte": MIN_TIME}`` matches every
+#: stored time and never null or a missing field, on MongoDB and on both test servers
+#: (``$type`` is not portable, and mongoeco counts null below any number in ``$lte``).
+MIN_TIME = to_us(datetime.min)
+
+
+def opt_to_us(moment: datetime | None) -> int | None:
+    return None if moment is None else to_us(moment)
+
+
+def opt_from_us(value: Any) -> datetime | None:
+    return None if value is None else from_us(value)
+
+
+def inflight_field(key: str) -> str:
+    """The field name under ``inflight`` for step ``key``: a digest, never user text."""
+    digest = hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=16)
+    return "k" + digest.hexdigest()
+
+
+# ---- runs ---------------------------------------------------------------------------
+
+
+def inflight_entry(key: str, attempt: int, started_at: datetime) -> Doc:
+    return {"key": key, "attempt": attempt, "started_at": to_us(started_at)}
+
+
+def run_to_doc(run: RunRecord) -> Doc:
+    return {
+        "_id": pack(check_str(run.run_id, "run id")),
+        "workflow": pack(check_str(run.workflow, "workflow")),
+        "status": check_str(run.status, "run status"),
+        "input": dump_value(run.input),
+        "output": dump_value(run.output),
+        "error": dump_value(run.error),
+        "parent_run_id": pack_opt(run.parent_run_id),
+        "parent_step": pack_opt(run.parent_step),
+        "wire": dump_value(run.wire),
+        "pending_pass": bool(run.pending_pass),
+        "passes": run.passes,
+        "token": run.token,
+        "inflight": {
+            inflight_field(key): inflight_entry(key, step.attempt, step.started_at)
+            for key, step in run.inflight.items()
+        },
+        # Derived, so "in flight" is an equality query on every server: only start_step
+        # (which adds a key) and settle_run (which empties the map) write ``inflight``.
+        "inflight_any": bool(run.inflight),
+        "created_at": to_us(run.created_at),
+        "updated_at": to_us(run.updated_at),
+    }
+
+
+def run_from_doc(doc: Doc) -> RunRecord:
+    inflight = {
+        cast(str, entry["key"]): InflightStep(
+            attempt=int(entry["attempt"]), started_at=from_us(entry["started_at"])
+        )
+        for entry in cast(dict[str, Doc], doc.get("inflight") or {}).values()
+    }
+    return RunRecord(
+        run_id=unpack(doc["_id"]),
+        workflow=unpack(doc["workflow"]),
+        status=cast(RunState, doc["status"]),
+        input=load_value(doc.get("input")),
+        created_at=from_us(doc["created_at"]),
+        updated_at=from_us(doc["updated_at"]),
+        output=load_value(doc.get("output")),
+        error=load_value(doc.get("error")),
+        parent_run_id=unpack_opt(doc.get("parent_run_id")),
+        parent_step=unpack_opt(doc.get("parent_step")),
+        wire=load_value(doc.get("wire")) or {},
+        pending_pass=bool(doc.get("pending_pass", True)),
+        passes=int(doc.get("passes", 0)),
+        token=int(doc.get("token", 0)),
+        inflight=inflight,
+    )
+
+
+# ---- steps --------------------------------------------------------------------------
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return None if moment is None else moment.isoformat()
+
+
+def _from_iso(text: Any) -> datetime | None:
+    return None if text is None else datetime.fromisoformat(cast(str, text))
+
+
+def entry_to_text(entry: AttemptEntry) -> str:
+    """One history entry as JSON text, its times in ISO 8601 (exact to the microsecond).
+
+    Entries are strings, not subdocuments: nx-27017 stores a subdocument ``$push``ed
+    onto an existing array as a string, so a portable history pushes strings."""
+    return dump_value(
+        {
+            "attempt": entry.attempt,
+            "status": entry.status,
+            "at": _iso(entry.at),
+            "started_at": _iso(entry.started_at),
+            "error": entry.error,
+        }
+    )
+
+
+def entry_from_text(text: Any) -> AttemptEntry:
+    data = cast(Doc, json.loads(cast(str, text)))
+    at = _from_iso(data["at"])
+    assert at is not None
+    return AttemptEntry(
+        attempt=int(data["attempt"]),
+        status=cast(StepState, data["status"]),
+        at=at,
+        started_at=_from_iso(data.get("started_at")),
+        error=data.get("error"),
+    )
+
+
+def step_value(name: str, value: Any) -> Any:
+    """The stored form of one StepRecord field (``name`` is a known field name)."""
+    if name in _STEP_JSON_FIELDS:
+        return dump_value(value)
+    if name in _STEP_TIME_FIELDS:
+        return opt_to_us(value)
+    if name in _STEP_PACKED_FIELDS:
+        return None if value is None else pack(check_str(value, f"step {name}"))
+    if name == "history":
+        return [entry_to_text(e) for e in cast(list[AttemptEntry], value)]
+    return value
+
+
+def step_to_doc(step: StepRecord) -> Doc:
+    doc: Doc = {
+        "run_id": pack(check_str(step.run_id, "run id")),
+        "key": pack(check_str(step.key, "step key")),
+    }
+    for f in fields(StepRecord):
+        if f.name not in STEP_IDENTITY:
+            doc[f.name] = step_value(f.name, getattr(step, f.name))
+    return doc
+
+
+_STEP_DEFAULTS = StepRecord(run_id="", key="", kind="inline", status="pending")
+
+
+def step_from_doc(doc: Doc) -> StepRecord:
+    def get(name: str) -> Any:
+        return doc[name] if name in doc else getattr(_STEP_DEFAULTS, name)
+
+    return StepRecord(
+        run_id=unpack(doc["run_id"]),
+        key=unpack(doc["key"]),
+        kind=cast(StepKind, get("kind")),
+        status=cast(StepState, get("status")),
+        attempts=int(get("attempts")),
+        max_attempts=int(get("max_attempts")),
+        result=load_value(doc.get("result")),
+        error=load_value(doc.get("error")),
+        due_at=opt_from_us(doc.get("due_at")),
+        scheduled_at=opt_from_us(doc.get("scheduled_at")),
+        updated_at=opt_from_us(doc.get("updated_at")),
+        ended_at=opt_from_us(doc.get("ended_at")),
+        retry_delay=get("retry_delay"),
+        timeout=get("timeout"),
+        function=unpack_opt(doc.get("function")),
+        payload=load_value(doc.get("payload")),
+        halted=bool(get("halted")),
+        claim_holder=unpack_opt(doc.get("claim_holder")),
+        claim_expires_at=opt_from_us(doc.get("claim_expires_at")),
+        child_run_id=unpack_opt(doc.get("child_run_id")),
+        event=unpack_opt(doc.get("event")),
+        compensable=bool(get("compensable")),
+        traceparent=get("traceparent"),
+        history=[entry_from_text(e) for e in cast(list[str], doc.get("history") or [])],
+    )
+
+
+# ---- events and leases --------------------------------------------------------------
+
+
+def event_to_doc(event: EventRecord) -> Doc:
+    consumer = event.consumed_by
+    return {
+        "_id": pack(check_str(event.event_id, "event id")),
+        "run_id": pack(check_str(event.run_id, "run id")),
+        "name": pack(check_str(event.name, "event name")),
+        "payload": dump_value(event.payload),
+        "created_at": to_us(event.created_at),
+        # An explicit flag: "consumed_by is null" is not portable across servers.
+        "consumed": consumer is not None,
+        "consumed_by": pack_opt(consumer),
+    }
+
+
+def event_from_doc(doc: Doc) -> EventRecord:
+    return EventRecord(
+        event_id=unpack(doc["_id"]),
+        run_id=unpack(doc["run_id"]),
+        name=unpack(doc["name"]),
+        payload=load_value(doc.get("payload")),
+        created_at=from_us(doc["created_at"]),
+        consumed_by=unpack_opt(doc.get("consumed_by")),
+    )
+
+
+def lease_to_doc(lease: Lease) -> Doc:
+    return {
+        "_id": pack(lease.key),
+        "holder": pack(lease.holder),
+        "token": lease.token,
+        **lease_expiry(lease.expires_at),
+    }
+
+
+def lease_expiry(expires_at: datetime, *, gc_from: datetime | None = None) -> Doc:
+    """A lease's expiry fields: ``expires_us`` is what queries judge; ``expires_at`` (a
+    BSON date: when the lease ends, or ``gc_from`` when given) only feeds the TTL index
+    that removes long-dead lease documents."""
+    return {"expires_us": to_us(expires_at), "expires_at": gc_from or expires_at}
+
+
+def lease_from_doc(doc: Doc) -> Lease:
+    return Lease(
+        key=unpack(doc["_id"]),
+        holder=unpack(doc["holder"]),
+        token=int(doc["token"]),
+        expires_at=from_us(doc["expires_us"]),
+    )

@@ -1,0 +1,122 @@
+"""Query filters and update documents built from checked arguments.
+
+Every user-supplied string here has been through :mod:`pikku_mongo.checks` and
+:func:`~pikku_mongo.documents.pack`; every field name is one of ours.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from engine_core.records import AttemptEntry, StepGuard, StepPage
+from pikku_mongo.checks import check_datetime, check_int, check_str, check_strs
+from pikku_mongo.documents import (
+    MIN_TIME,
+    STEP_FIELDS,
+    STEP_IDENTITY,
+    Doc,
+    entry_to_text,
+    pack,
+    step_value,
+    to_us,
+)
+
+ACTIVE_RUN_STATES = ("running", "compensating")
+#: Claimable dispatched steps, first due first; ties in the order of the scheduled scan.
+CLAIM_SORT = [("due_at", 1), ("run_id", 1), ("key", 1)]
+SCHEDULED_SORT = {"due_at": 1, "run_id": 1, "key": 1}
+
+
+def step_id(run_id: str, key: str) -> Doc:
+    return {"run_id": pack(check_str(run_id, "run id")), "key": pack(check_str(key, "step key"))}
+
+
+def guard_filter(run_id: str, key: str, guard: StepGuard) -> Doc:
+    """The step document matching ``guard`` (absent conditions are not checked)."""
+    query = step_id(run_id, key)
+    if guard.status_in is not None:
+        query["status"] = {"$in": check_strs(guard.status_in, "guard status")}
+    attempts: Doc = {}
+    if guard.attempts_below is not None:
+        attempts["$lt"] = check_int(guard.attempts_below, "guard attempts_below")
+    if guard.attempts is not None:
+        attempts["$eq"] = check_int(guard.attempts, "guard attempts")
+    if attempts:
+        query["attempts"] = attempts
+    if guard.claim_holder is not None:
+        query["claim_holder"] = pack(check_str(guard.claim_holder, "guard claim holder"))
+    return query
+
+
+def check_changes(changes: dict[str, Any]) -> None:
+    unknown = set(changes) - STEP_FIELDS
+    if unknown:
+        raise ValueError(f"unknown step fields {sorted(unknown)}")
+    if STEP_IDENTITY & set(changes):
+        raise ValueError("a step's run_id and key cannot be changed")
+
+
+def step_update(changes: dict[str, Any], entry: AttemptEntry | None) -> Doc:
+    """``$set`` the changes and ``$push`` the entry (folded into ``$set`` when the
+    changes replace the history themselves, as two operators on one path conflict)."""
+    to_set = {name: step_value(name, value) for name, value in changes.items()}
+    update: Doc = {}
+    if entry is not None:
+        if "history" in to_set:
+            to_set["history"] = [*to_set["history"], entry_to_text(entry)]
+        else:
+            update["$push"] = {"history": entry_to_text(entry)}
+    if to_set:
+        update["$set"] = to_set
+    return update
+
+
+def upsert_is_exact(guard: StepGuard, changes: dict[str, Any]) -> bool:
+    """Whether an upsert that creates the step leaves a document every query judges
+    exactly as it would the complete ``StepRecord`` built from the changes.
+
+    An upserted document holds only the filter's equality fields, the changes and the
+    history. Absent fields read back as their defaults, and match the filters the same
+    way except: ``status`` and ``attempts`` (guards compare them), a guard's
+    ``claim_holder`` (copied from the filter into the new document) and ``halted`` on
+    a dispatched step (claims require ``halted: false``).
+    """
+    if "status" not in changes or "attempts" not in changes:
+        return False
+    if guard.claim_holder is not None and "claim_holder" not in changes:
+        return False
+    return changes.get("kind") != "dispatch" or "halted" in changes
+
+
+def claim_filter(functions: Sequence[str], now: datetime) -> Doc:
+    now_us = to_us(now)
+    return {
+        "kind": "dispatch",
+        "halted": False,
+        "function": {"$in": [pack(f) for f in check_strs(functions, "step function")]},
+        "$or": [
+            {"status": "scheduled", "due_at": {"$gte": MIN_TIME, "$lte": now_us}},
+            {"status": "running", "claim_expires_at": {"$gte": MIN_TIME, "$lt": now_us}},
+        ],
+    }
+
+
+def scheduled_match(after: StepPage | None) -> Doc:
+    """Scheduled steps with a due time, strictly after ``after`` in (due_at, run_id,
+    key) order: a keyset predicate, so each page starts where the last one ended."""
+    match: Doc = {"status": "scheduled", "due_at": {"$gte": MIN_TIME}}
+    if after is not None:
+        due = to_us(check_datetime(after.due_at, "page due_at"))
+        run_id = pack(check_str(after.run_id, "page run id"))
+        key = pack(check_str(after.key, "page key"))
+        # The plain bound lets the (status, due_at, run_id, key) index scan start at the
+        # page's first due time; the $or then only sorts out the ties.
+        match["due_at"] = {"$gte": max(due, MIN_TIME)}
+        match["$or"] = [
+            {"due_at": {"$gt": due}},
+            {"due_at": due, "run_id": {"$gt": run_id}},
+            {"due_at": due, "run_id": run_id, "key": {"$gt": key}},
+        ]
+    return match

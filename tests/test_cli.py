@@ -1,0 +1,140 @@
+"""The ``pikku-mongo`` command-line tool, driven as a subprocess against the test server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+from engine_core import Engine, WorkflowContext, WorkflowRunFailedError
+from tests.conftest import with_database
+
+Cli = Callable[..., subprocess.CompletedProcess[str]]
+
+
+@pytest.fixture
+def cli_uri(nx_uri: str) -> str:
+    return with_database(nx_uri, f"cli_{uuid.uuid4().hex[:12]}")
+
+
+@pytest.fixture
+def cli(cli_uri: str) -> Cli:
+    def run(*args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [sys.executable, "-m", "pikku_mongo.cli", *args],
+            env={**os.environ, "MONGODB_URI": cli_uri},
+            capture_output=True, text=True, timeout=60,
+        )
+        if ok:
+            assert done.returncode == 0, done.stderr
+        return done
+
+    return run
+
+
+@pytest.fixture
+async def engine_on(cli_uri: str) -> AsyncIterator[Engine]:
+    from pikku_mongo import MongoStore
+
+    store = MongoStore.from_uri(cli_uri)
+    await store.init()
+    engine = Engine(store, lease_ttl="2s")
+    ran = {"fail": True}
+
+    def flaky() -> str:
+        if ran["fail"]:
+            raise RuntimeError("flaky failure")
+        return "fixed"
+
+    @engine.workflow("cli-wf")
+    async def cli_wf(ctx: WorkflowContext, data: Any) -> Any:
+        await ctx.step("first", lambda: "one")
+        if data == "fail":
+            return await ctx.step("flaky", flaky)
+        if data == "wait":
+            return await ctx.wait_for_event("go")
+        return "done"
+
+    engine.flaky = ran  # type: ignore[attr-defined]
+    yield engine
+    await store.close()
+
+
+def as_json(done: subprocess.CompletedProcess[str]) -> Any:
+    return json.loads(done.stdout)
+
+
+async def test_init_and_list_and_show(cli: Cli, engine_on: Engine) -> None:
+    assert "indexes created" in cli("init").stdout
+    async with engine_on:
+        run_id = await engine_on.start("cli-wf", "ok", run_id="run-a")
+        await engine_on.result(run_id, timeout=10)
+        await engine_on.start("cli-wf", "wait", run_id="run-b")
+    table = cli("runs", "list").stdout
+    assert "run-a" in table and "completed" in table and "run-b" in table
+    listed = as_json(cli("runs", "list", "--json", "--status", "completed"))
+    assert [r["run_id"] for r in listed] == ["run-a"]
+    page = cli("runs", "list", "--limit", "1").stdout
+    assert "--after run-a" in page
+    shown = cli("runs", "show", "run-a").stdout
+    assert "first" in shown and "succeeded" in shown and "attempts" in shown
+    detail = as_json(cli("runs", "show", "run-a", "--json"))
+    assert detail["status"] == "completed" and detail["steps"]["first"]["attempts"] == 1
+    assert [h["status"] for h in detail["history"]] == ["running", "succeeded"]
+
+
+async def test_cancel_suspend_resume(cli: Cli, engine_on: Engine) -> None:
+    await engine_on.start("cli-wf", "wait", run_id="s1")
+    await engine_on.start("cli-wf", "wait", run_id="c1")
+    assert "suspended" in cli("runs", "suspend", "s1").stdout
+    assert as_json(cli("runs", "resume", "s1", "--json")) == {"run_id": "s1", "status": "running"}
+    assert "cancelled" in cli("runs", "cancel", "c1").stdout
+    assert (await engine_on.status("c1")).status == "cancelled"
+    compensated = as_json(cli("runs", "cancel", "s1", "--compensate", "--json"))
+    assert compensated["status"] == "compensating"
+
+
+async def test_retry_a_failed_run(cli: Cli, engine_on: Engine) -> None:
+    async with engine_on:
+        run_id = await engine_on.start("cli-wf", "fail", run_id="f1")
+        with pytest.raises(WorkflowRunFailedError, match="flaky failure"):
+            await engine_on.result(run_id, timeout=10)
+        assert "flaky failure" in cli("runs", "show", "f1").stdout
+        engine_on.flaky["fail"] = False  # type: ignore[attr-defined]
+        assert "running" in cli("runs", "retry", "f1").stdout
+        assert await engine_on.result(run_id, timeout=10) == "fixed"
+
+
+async def test_recover_and_prune(cli: Cli, engine_on: Engine) -> None:
+    report = as_json(cli("recover", "--json"))
+    assert set(report) == {"skipped", "woken", "rearmed", "redispatched", "resumed"}
+    assert "recovery:" in cli("recover").stdout
+    async with engine_on:
+        run_id = await engine_on.start("cli-wf", "ok")
+        await engine_on.result(run_id, timeout=10)
+    assert as_json(cli("prune", "--older-than", "1h", "--json")) == {"deleted": 0}
+    await asyncio.sleep(0.02)
+    assert "deleted 1 finished run(s)" in cli("prune", "--older-than", "0s").stdout
+
+
+def test_errors_are_one_line_with_a_non_zero_exit(cli: Cli, cli_uri: str) -> None:
+    missing = cli("runs", "show", "nope", ok=False)
+    assert missing.returncode == 1
+    assert missing.stderr.strip() == "pikku-mongo: no run has id 'nope'"
+    bad = cli("prune", "--older-than", "soon", ok=False)
+    assert bad.returncode == 1 and len(bad.stderr.strip().splitlines()) == 1
+    no_uri = subprocess.run([sys.executable, "-m", "pikku_mongo.cli", "runs", "list"],
+                            env={k: v for k, v in os.environ.items() if k != "MONGODB_URI"},
+                            capture_output=True, text=True, timeout=60)
+    assert no_uri.returncode == 1 and "MONGODB_URI" in no_uri.stderr
+    no_db = subprocess.run([sys.executable, "-m", "pikku_mongo.cli", "runs", "list"],
+                           env={**os.environ, "MONGODB_URI": "mongodb://127.0.0.1:1/"},
+                           capture_output=True, text=True, timeout=60)
+    assert no_db.returncode == 1 and len(no_db.stderr.strip().splitlines()) == 1
