@@ -12,6 +12,7 @@ from engine_core import (
     Engine,
     EngineError,
     InvalidDurationError,
+    InvalidNameError,
     InvalidRunIdError,
     NotSerializableError,
     RunNotFoundError,
@@ -209,3 +210,36 @@ async def test_list_runs_filters_and_pages(engine: Engine) -> None:
     assert [r.run_id for r in page] == ["run-0", "run-1"]
     rest = await engine.list_runs(after="run-1", status="running", workflow="double")
     assert [r.run_id for r in rest] == ["run-2", "run-3", "run-4"]
+
+
+async def test_a_value_over_the_document_limit_fails_that_step_clearly(engine: Engine) -> None:
+    @engine.workflow("huge")
+    async def huge(ctx: WorkflowContext, data: Any) -> None:
+        await ctx.step("small", lambda: "fine")
+        await ctx.step("big", lambda: "x" * (16 * 1024 * 1024 + 10))
+
+    async with engine:
+        run_id = await engine.start("huge")
+        with pytest.raises(WorkflowRunFailedError, match="result of step 'big' is .* bytes"):
+            await engine.result(run_id, timeout=30)
+    status = await engine.status(run_id)
+    assert status.status == "failed"
+    assert status.steps["small"].result == "fine"
+    big = status.steps["big"]
+    assert big.status == "failed" and big.error is not None
+    assert big.error["type"] == "NotSerializableError" and "16 MiB" in big.error["message"]
+
+
+@pytest.mark.parametrize("bad", [{"$ne": 1}, {"$gt": ""}, 5, ""])
+async def test_operator_shaped_names_are_refused(engine: Engine, bad: Any) -> None:
+    @engine.workflow("names")
+    async def names(ctx: WorkflowContext, data: Any) -> Any:
+        return await ctx.wait_for_event("go")
+
+    async with engine:
+        run_id = await engine.start("names")
+        with pytest.raises(InvalidNameError):
+            await engine.send_event(run_id, bad, 1)
+    with pytest.raises(InvalidNameError):
+        engine.workflow(bad)
+    assert issubclass(InvalidNameError, ValueError)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterator
 from typing import Any
@@ -160,3 +161,37 @@ async def test_history_is_a_timeline_of_every_attempt(engine: Engine) -> None:
         ("s", 1, "running"), ("s", 1, "failed"), ("s", 2, "running"), ("s", 2, "succeeded"),
         ("nap", 0, "scheduled"), ("nap", 1, "succeeded"),
     ]
+
+
+async def test_the_recovered_attempt_is_in_the_same_trace(
+    make_engine: Any, spans: InMemorySpanExporter
+) -> None:
+    crashed: list[int] = []
+
+    def dies_once() -> str:
+        if not crashed:
+            crashed.append(1)
+            raise asyncio.CancelledError()  # the process dies mid-step
+        return "recovered"
+
+    first: Engine = make_engine()
+    second: Engine = make_engine()  # another process, after the crash
+    for engine in (first, second):
+
+        @engine.workflow("crash-trace")
+        async def crash_trace(ctx: WorkflowContext, data: Any) -> str:
+            await ctx.step("before", lambda: 1)
+            return str(await ctx.step("fragile", dies_once, retries=1))
+
+    run_id = await first.start("crash-trace")
+    with pytest.raises(asyncio.CancelledError):
+        await first.drive(run_id)
+    await second.store.request_pass(run_id)
+    await second.drive(run_id)
+    assert await second.result(run_id, timeout=5) == "recovered"
+    mine = [s for s in spans.get_finished_spans()
+            if s.attributes and s.attributes.get("workflow.run_id") == run_id]
+    assert [(s.name, s.attributes["workflow.attempt"]) for s in mine] == [  # type: ignore[index]
+        ("before", 1), ("fragile", 1), ("fragile", 2)
+    ]
+    assert len({s.context.trace_id for s in mine}) == 1

@@ -1,0 +1,157 @@
+"""Nothing is lost when processes die: real workers, killed with SIGKILL, on MongoDB."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections import Counter
+from datetime import timedelta
+
+import pytest
+
+from engine_core import Engine, WorkflowRunFailedError
+from engine_core.records import RunRecord, utcnow
+from tests.chaos.conftest import Fleet
+
+pytestmark = pytest.mark.chaos
+
+
+async def wait_step(client: Engine, run_id: str, step: str, status: str, limit: float = 30) -> None:
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        steps = (await client.status(run_id)).steps
+        if step in steps and steps[step].status == status:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"step {step!r} of {run_id} never reached {status!r}")
+
+
+async def test_a_crash_inside_an_inline_step_is_finished_elsewhere(
+    fleet: Fleet, client: Engine
+) -> None:
+    first = fleet.spawn()
+    run_id = await client.start("crashy", {"slow": 1.0})
+    await wait_step(client, run_id, "b", "running")
+    fleet.kill(first)
+    fleet.spawn()
+    assert await client.result(run_id, timeout=60) == ["a", "b", "c"]
+    done = Counter(r["tag"] for r in fleet.records("step"))
+    assert done == {"a": 1, "b": 1, "c": 1}
+    status = await client.status(run_id)
+    assert status.steps["a"].attempts == 1
+    assert status.steps["b"].attempts == 2  # the crashed attempt counts
+    assert [r["attempt"] for r in fleet.records("step-start")] == [1, 2]
+
+
+async def test_sleeps_wake_at_their_original_time_after_a_crash(
+    fleet: Fleet, client: Engine
+) -> None:
+    first = fleet.spawn()
+    runs = [await client.start("sleepy", {"seconds": 3}) for _ in range(3)]
+    for run_id in runs:
+        await wait_step(client, run_id, "nap", "scheduled")
+    fleet.kill(first)
+    await asyncio.sleep(1.0)
+    fleet.spawn()
+    for run_id in runs:
+        woke_at = await client.result(run_id, timeout=60)
+        nap = (await client.store.get_step(run_id, "nap"))
+        assert nap is not None and nap.due_at is not None
+        due = nap.due_at.timestamp()
+        # Woken at the original wake time (within polling slack), not 3 s after restart.
+        assert due - 0.05 <= woke_at <= due + 1.5
+
+
+async def test_a_dispatch_whose_process_died_before_pickup_runs_once(
+    fleet: Fleet, client: Engine
+) -> None:
+    orchestrator = fleet.spawn("--no-functions")  # records the job, cannot run it
+    run_id = await client.start("dispatchy", {"jobs": 1})
+    await wait_step(client, run_id, "job-0", "scheduled")
+    fleet.kill(orchestrator)
+    fleet.spawn()
+    assert await client.result(run_id, timeout=60) == [{"done": 0}]
+    assert len(fleet.records("job")) == 1
+
+
+async def test_a_fleet_runs_every_dispatched_step_exactly_once(
+    fleet: Fleet, client: Engine
+) -> None:
+    for _ in range(3):
+        fleet.spawn()
+    runs = [await client.start("dispatchy", {"jobs": 4}) for _ in range(50)]
+    for run_id in runs:
+        await client.result(run_id, timeout=120)
+    per_step = Counter((r["run"], r["step"]) for r in fleet.records("job"))
+    assert len(per_step) == 200 and set(per_step.values()) == {1}
+
+
+async def test_a_fleet_under_chaos_completes_every_run(fleet: Fleet, client: Engine) -> None:
+    workers = [fleet.spawn() for _ in range(3)]
+    runs = [
+        await client.start("dispatchy", {"jobs": 4, "seconds": 0.2, "retries": 5})
+        for _ in range(50)
+    ]
+    rng = random.Random(7)
+    deadline = time.monotonic() + 240
+    pending = set(runs)
+    while pending and time.monotonic() < deadline:
+        await asyncio.sleep(1.0)
+        victim = rng.randrange(len(workers))
+        fleet.kill(workers[victim])
+        workers[victim] = fleet.spawn()
+        for run_id in list(pending):
+            if (await client.status(run_id)).status != "running":
+                pending.discard(run_id)
+    for run_id in runs:
+        await client.result(run_id, timeout=120)
+    starts = Counter((r["run"], r["step"]) for r in fleet.records("job-start"))
+    finished = Counter((r["run"], r["step"]) for r in fleet.records("job"))
+    assert len(finished) == 200
+    for run_id in runs:
+        for step, status in (await client.status(run_id)).steps.items():
+            assert status.status == "succeeded"
+            # Never more executions than attempts, and never past the allowed 6.
+            assert starts[(run_id, step)] <= status.attempts <= 6
+
+
+async def test_three_instances_recovering_at_once_resume_each_run_once(
+    fleet: Fleet, client: Engine
+) -> None:
+    old = utcnow() - timedelta(minutes=10)
+    runs = [f"stalled-{i}" for i in range(20)]
+    for run_id in runs:
+        await client.store.insert_run(RunRecord(
+            run_id=run_id, workflow="pass-counter", status="running", input=None,
+            created_at=old, updated_at=old, pending_pass=False,
+        ))
+    procs = [fleet.spawn("--stalled-after", "1m", wait=False) for _ in range(3)]
+    for proc in procs:
+        fleet.wait_ready(proc)
+    for run_id in runs:
+        assert await client.result(run_id, timeout=60) == "only"
+    passes = Counter(r["run"] for r in fleet.records("pass"))
+    assert passes == {run_id: 1 for run_id in runs}
+
+
+async def test_a_step_that_kills_its_process_every_time_fails_the_run(
+    fleet: Fleet, client: Engine
+) -> None:
+    run_id = await client.start("suicidal")
+    deaths = 0
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        proc = fleet.spawn()
+        while proc.poll() is None and time.monotonic() < deadline:
+            if (await client.status(run_id)).status != "running":
+                break
+            await asyncio.sleep(0.1)
+        if proc.poll() is None:
+            break
+        deaths += 1
+    with pytest.raises(WorkflowRunFailedError, match="'fatal' failed after 3 attempt"):
+        await client.result(run_id, timeout=5)
+    assert deaths == 3
+    error = (await client.status(run_id)).error
+    assert error is not None and (error["step"], error["attempts"]) == ("fatal", 3)

@@ -1,0 +1,131 @@
+"""A worker process for the chaos tests: serves until killed.
+
+Every step execution is appended to a log file (one JSON line, written before the step
+returns), so the tests count executions independently of the store.
+
+    python -m tests.chaos.worker URI LOG [--lease-ttl 1s] [--no-functions] [--no-workflows]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import time
+from typing import Any
+
+from engine_core import Engine, WorkflowContext, current_step
+from pikku_mongo import MongoStore
+
+LOG_PATH = ""
+
+
+def record(kind: str, **extra: Any) -> None:
+    info = current_step()
+    line = {"kind": kind, "pid": os.getpid(), "t": time.time(), **extra}
+    if info is not None:
+        line.update(run=info.run_id, step=info.step, attempt=info.attempt)
+    fd = os.open(LOG_PATH, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (json.dumps(line) + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+async def quick(tag: str) -> str:
+    record("step", tag=tag)
+    return tag
+
+
+async def slow(tag: str, seconds: float) -> str:
+    record("step-start", tag=tag)
+    await asyncio.sleep(seconds)
+    record("step", tag=tag)
+    return tag
+
+
+def suicide() -> None:
+    record("step-start")
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def register(engine: Engine, functions: bool, workflows: bool) -> None:
+    if functions:
+
+        @engine.step_function("chaos-job")
+        async def chaos_job(payload: dict[str, Any]) -> dict[str, Any]:
+            record("job-start")
+            await asyncio.sleep(payload.get("seconds", 0.05))
+            record("job")
+            return {"done": payload["n"]}
+
+    if not workflows:
+        return
+
+    @engine.workflow("crashy")
+    async def crashy(ctx: WorkflowContext, data: Any) -> list[str]:
+        a = await ctx.step("a", quick, "a")
+        b = await ctx.step("b", slow, "b", data.get("slow", 2.0), retries=2)
+        c = await ctx.step("c", quick, "c")
+        return [a, b, c]
+
+    @engine.workflow("sleepy")
+    async def sleepy(ctx: WorkflowContext, data: Any) -> float:
+        await ctx.step("before", quick, "before")
+        await ctx.sleep("nap", data["seconds"])
+        return float(await ctx.step("after", lambda: time.time()))
+
+    @engine.workflow("dispatchy")
+    async def dispatchy(ctx: WorkflowContext, data: Any) -> Any:
+        jobs = [
+            ctx.dispatch(f"job-{i}", "chaos-job", {"n": i, "seconds": data.get("seconds", 0.05)},
+                         retries=data.get("retries", 3))
+            for i in range(data.get("jobs", 1))
+        ]
+        return await asyncio.gather(*jobs)
+
+    @engine.workflow("pass-counter")
+    async def pass_counter(ctx: WorkflowContext, data: Any) -> str:
+        record("pass", run=ctx.run_id)
+        return str(await ctx.step("only", quick, "only"))
+
+    @engine.workflow("suicidal")
+    async def suicidal(ctx: WorkflowContext, data: Any) -> None:
+        await ctx.step("fatal", suicide, retries=2)
+
+
+async def serve(args: argparse.Namespace) -> None:
+    engine = Engine(
+        MongoStore.from_uri(args.uri),
+        lease_ttl=args.lease_ttl,
+        recovery_interval=args.recovery_interval,
+        stalled_after=args.stalled_after,
+        undispatched_after=args.lease_ttl,
+        concurrency=args.concurrency,
+    )
+    register(engine, not args.no_functions, not args.no_workflows)
+    async with engine:
+        print("ready", flush=True)
+        await asyncio.Event().wait()
+
+
+def main() -> None:
+    global LOG_PATH
+    parser = argparse.ArgumentParser()
+    parser.add_argument("uri")
+    parser.add_argument("log")
+    parser.add_argument("--lease-ttl", default="1s")
+    parser.add_argument("--recovery-interval", default="0.5s")
+    parser.add_argument("--stalled-after", default="5m")
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--no-functions", action="store_true")
+    parser.add_argument("--no-workflows", action="store_true")
+    args = parser.parse_args()
+    LOG_PATH = args.log
+    asyncio.run(serve(args))
+
+
+if __name__ == "__main__":
+    main()
