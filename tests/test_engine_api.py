@@ -220,7 +220,7 @@ async def test_a_value_over_the_document_limit_fails_that_step_clearly(engine: E
 
     async with engine:
         run_id = await engine.start("huge")
-        with pytest.raises(WorkflowRunFailedError, match="result of step 'big' is .* bytes"):
+        with pytest.raises(WorkflowRunFailedError, match=r"result of step 'big' is .* bytes"):
             await engine.result(run_id, timeout=30)
     status = await engine.status(run_id)
     assert status.status == "failed"
