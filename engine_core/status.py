@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from engine_core.records import RunRecord, StepRecord
@@ -47,7 +47,7 @@ class TimelineEntry:
 
 def fold_status(run: RunRecord, steps: list[StepRecord]) -> RunStatus:
     folded: dict[str, StepStatus] = {}
-    for step in steps:
+    for step in sorted(steps, key=_first_seen):
         folded[step.key] = StepStatus(step.status, step.attempts, step.result, step.error)
     if run.status in ("running", "compensating"):
         # An inline attempt in progress lives on the run until its outcome lands.
@@ -66,6 +66,14 @@ def fold_status(run: RunRecord, steps: list[StepRecord]) -> RunStatus:
         created_at=run.created_at,
         updated_at=run.updated_at,
     )
+
+
+def _first_seen(step: StepRecord) -> tuple[datetime, str]:
+    """When the step first showed up, so steps read in the order the run reached them."""
+    moments = [step.scheduled_at, *(e.started_at or e.at for e in step.history[:1])]
+    known = [m for m in moments if m is not None]
+    return (min(known) if known else step.updated_at or datetime.max.replace(tzinfo=UTC),
+            step.key)
 
 
 def timeline(run: RunRecord, steps: list[StepRecord]) -> list[TimelineEntry]:
