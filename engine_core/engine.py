@@ -374,6 +374,15 @@ class Engine:
         await self.store.request_pass(run_id)
         self._kick_local(run_id)
 
+    async def notify_run(self, run_id: str, step: str) -> None:
+        """Tell a run that its step settled outside its passes, then mark the step told.
+
+        The step is written ``notified=False`` first, so a crash between the two leaves
+        a trace that recovery finds and repairs.
+        """
+        await self.trigger(run_id)
+        await self.store.update_step(run_id, step, guard=StepGuard(), changes={"notified": True})
+
     def _kick_local(self, run_id: str) -> None:
         if self._serving:
             self._spawn_drive(run_id)
@@ -488,7 +497,12 @@ class Engine:
         error: dict[str, Any] | None,
     ) -> StepRecord | None:
         now = utcnow()
-        changes: dict[str, Any] = {"attempts": 1, "updated_at": now, "ended_at": now}
+        changes: dict[str, Any] = {
+            "attempts": 1,
+            "updated_at": now,
+            "ended_at": now,
+            "notified": False,  # until the parent is told, below
+        }
         if status == "completed":
             changes.update(status="succeeded", result=output, error=None)
         else:
@@ -507,7 +521,7 @@ class Engine:
             ),
         )
         if landed:
-            await self.trigger(parent_id)
+            await self.notify_run(parent_id, parent_step)
         settled = await self.store.get_step(parent_id, parent_step)
         if landed and settled is not None:
             await mirror_step(self.mirror, settled)

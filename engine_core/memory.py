@@ -86,6 +86,7 @@ class InMemoryStore:
         run.token += 1
         run.passes += 1
         run.pending_pass = False
+        run.open_pass = True
         return _clone(run)
 
     async def start_step(
@@ -122,6 +123,7 @@ class InMemoryStore:
         if run is None or run.token != token or run.status not in expect:
             return False
         run.inflight = {}
+        run.open_pass = False
         if status is not None:
             run.status = status
             run.output = _clone(output)
@@ -180,7 +182,7 @@ class InMemoryStore:
                 for r in self._runs.values()
                 if r.status in ("running", "compensating")
                 and r.updated_at < before
-                and (r.inflight or not in_flight_only)
+                and (r.open_pass or not in_flight_only)
             ),
             key=lambda r: (r.updated_at, r.run_id),
         )
@@ -263,6 +265,17 @@ class InMemoryStore:
         if entry is not None:
             step.history.append(_clone(entry))
         return True
+
+    async def find_unnotified_steps(self, before: datetime, limit: int) -> list[StepRecord]:
+        found = sorted(
+            (
+                s
+                for s in self._steps.values()
+                if not s.notified and s.updated_at is not None and s.updated_at < before
+            ),
+            key=lambda s: (s.updated_at or before, s.run_id, s.key),
+        )
+        return [_clone(s) for s in found[:limit]]
 
     async def claim_step(
         self, functions: Sequence[str], *, holder: str, claim_ttl: float

@@ -61,6 +61,8 @@ class RunRecord:
     # Bumped by each pass as it begins; that pass's writes are fenced by it.
     token: int = 0
     inflight: dict[str, InflightStep] = field(default_factory=dict)
+    # A pass began and has not settled: if its process died, only recovery sees it.
+    open_pass: bool = False
 
 
 @dataclass
@@ -103,6 +105,9 @@ class StepRecord:
     child_run_id: str | None = None
     event: str | None = None
     compensable: bool = False
+    # False between a worker (or a child run) settling this step and its run being
+    # told; a crash in between leaves it False for recovery to find.
+    notified: bool = True
     # The run's trace, so a worker's span joins it without reading the run.
     traceparent: str | None = None
     history: list[AttemptEntry] = field(default_factory=list)

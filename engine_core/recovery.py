@@ -131,6 +131,7 @@ class WorkflowRecovery:
         report = RecoveryReport()
         try:
             await self._sweep_scheduled(report, startup)
+            await self._sweep_unnotified(report)
             await self._sweep_in_flight(report)
             await self._sweep_stalled(report)
         finally:
@@ -212,6 +213,14 @@ class WorkflowRecovery:
             return
         if (startup or remaining <= -WAKE_GRACE_S) and await self._drive_unless_owned(step.run_id):
             report.woken.append(step.run_id)
+
+    async def _sweep_unnotified(self, report: RecoveryReport) -> None:
+        # A worker or a child run settled a step and died before telling its run.
+        engine = self.engine
+        before = utcnow() - timedelta(seconds=engine.lease_ttl)
+        for step in await engine.store.find_unnotified_steps(before, RUN_BATCH):
+            await engine.notify_run(step.run_id, step.key)
+            report.resumed.append(step.run_id)
 
     async def _sweep_in_flight(self, report: RecoveryReport) -> None:
         # A pass marks each step it starts on its run and clears the marks when it

@@ -72,8 +72,7 @@ def _first_seen(step: StepRecord) -> tuple[datetime, str]:
     """When the step first showed up, so steps read in the order the run reached them."""
     moments = [step.scheduled_at, *(e.started_at or e.at for e in step.history[:1])]
     known = [m for m in moments if m is not None]
-    return (min(known) if known else step.updated_at or datetime.max.replace(tzinfo=UTC),
-            step.key)
+    return (min(known) if known else step.updated_at or datetime.max.replace(tzinfo=UTC), step.key)
 
 
 def timeline(run: RunRecord, steps: list[StepRecord]) -> list[TimelineEntry]:

@@ -49,10 +49,10 @@ class Store(Protocol):
         """The run with this id, or None."""
 
     async def begin_pass(self, run_id: str) -> RunRecord | None:
-        """Open a pass: atomically add one to ``token`` and to ``passes`` and clear
-        ``pending_pass``. Returns the run after the write (its ``token`` fences every
-        later write of this pass), or None when the run does not exist. The caller
-        holds the run's lease; the token outlives any lease document."""
+        """Open a pass: atomically add one to ``token`` and to ``passes``, clear
+        ``pending_pass`` and set ``open_pass``. Returns the run after the write (its
+        ``token`` fences every later write of this pass), or None when the run does not
+        exist. The caller holds the run's lease; the token outlives any lease document."""
 
     async def start_step(
         self,
@@ -82,7 +82,8 @@ class Store(Protocol):
         output: Any = None,
         error: dict[str, Any] | None = None,
     ) -> bool:
-        """End a pass: clear ``inflight`` and, when ``status`` is given, move the run to it
+        """End a pass: clear ``inflight`` and ``open_pass`` and, when ``status`` is given,
+        move the run to it
         (with ``output`` and ``error``). Lands only if the token is ``token`` and the
         status is one of ``expect``; returns whether it landed."""
 
@@ -116,7 +117,7 @@ class Store(Protocol):
     ) -> list[RunRecord]:
         """Up to ``limit`` ``running`` or ``compensating`` runs not updated since
         ``before``, least recently updated first; with ``in_flight_only`` only those
-        whose ``inflight`` is not empty (a pass started a step and never settled)."""
+        with ``open_pass`` set (a pass began and never settled)."""
 
     async def list_runs(
         self,
@@ -158,6 +159,9 @@ class Store(Protocol):
         missing step is created from the changes. Returns whether it landed; of racing
         writers with the same guard at most one lands when the changes break the guard
         for the others (this is how outcomes are fenced by attempt)."""
+
+    async def find_unnotified_steps(self, before: datetime, limit: int) -> list[StepRecord]:
+        """Up to ``limit`` steps with ``notified`` false, last updated before ``before``."""
 
     async def claim_step(
         self, functions: Sequence[str], *, holder: str, claim_ttl: float

@@ -196,6 +196,7 @@ class Worker:
             changes["due_at"] = due_at
         if status in ("succeeded", "failed"):
             changes["ended_at"] = now
+            changes["notified"] = False  # until the run is told, below
         if status == "failed" and attempt != job.attempts:
             changes["attempts"] = attempt
         entry = AttemptEntry(
@@ -220,7 +221,7 @@ class Worker:
             if recorded is not None:
                 await mirror_step(self.engine.mirror, recorded)
         if not retry:
-            await self.engine.trigger(job.run_id)
+            await self.engine.notify_run(job.run_id, job.key)
 
     async def _keep_claim(self, job: StepRecord, attempt: int) -> None:
         engine = self.engine

@@ -157,9 +157,8 @@ def run_to_doc(run: RunRecord) -> Doc:
             inflight_field(key): inflight_entry(key, step.attempt, step.started_at)
             for key, step in run.inflight.items()
         },
-        # Derived, so "in flight" is an equality query on every server: only start_step
-        # (which adds a key) and settle_run (which empties the map) write ``inflight``.
-        "inflight_any": bool(run.inflight),
+        # An equality query on every server ("$ne: {}" on the map is not portable).
+        "open_pass": bool(run.open_pass),
         "created_at": to_us(run.created_at),
         "updated_at": to_us(run.updated_at),
     }
@@ -188,6 +187,7 @@ def run_from_doc(doc: Doc) -> RunRecord:
         passes=int(doc.get("passes", 0)),
         token=int(doc.get("token", 0)),
         inflight=inflight,
+        open_pass=bool(doc.get("open_pass", False)),
     )
 
 
@@ -285,6 +285,7 @@ def step_from_doc(doc: Doc) -> StepRecord:
         child_run_id=unpack_opt(doc.get("child_run_id")),
         event=unpack_opt(doc.get("event")),
         compensable=bool(get("compensable")),
+        notified=bool(get("notified")),
         traceparent=get("traceparent"),
         history=[entry_from_text(e) for e in cast(list[str], doc.get("history") or [])],
     )

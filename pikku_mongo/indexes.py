@@ -38,6 +38,8 @@ RUN_INDEXES = [
 STEP_INDEXES = [
     # One document per step; get_step, load_steps, guarded updates, upserts.
     IndexModel([("run_id", ASCENDING), ("key", ASCENDING)], unique=True),
+    # find_unnotified_steps: settled steps whose run was not told yet.
+    IndexModel([("notified", ASCENDING), ("updated_at", ASCENDING)]),
     # find_scheduled_steps: the keyset scan in (due_at, run_id, key) order.
     IndexModel(
         [("status", ASCENDING), ("due_at", ASCENDING), ("run_id", ASCENDING), ("key", ASCENDING)]

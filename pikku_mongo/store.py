@@ -192,7 +192,7 @@ class MongoStore:
         caller holds the run's lease and fences with the token it gets back.)"""
         doc = await self.runs.find_one_and_update(
             {"_id": pack(check_str(run_id, "run id"))},
-            {"$inc": {"token": 1, "passes": 1}, "$set": {"pending_pass": False}},
+            {"$inc": {"token": 1, "passes": 1}, "$set": {"pending_pass": False, "open_pass": True}},
             return_document=_AFTER,
         )
         return run_from_doc(doc) if doc is not None else None
@@ -217,7 +217,6 @@ class MongoStore:
                 f"inflight.{inflight_field(key)}": inflight_entry(
                     key, check_int(attempt, "attempt"), check_datetime(started_at, "started_at")
                 ),
-                "inflight_any": True,
                 "updated_at": to_us(utcnow()),
             }
         }
@@ -245,7 +244,7 @@ class MongoStore:
         error: dict[str, Any] | None = None,
     ) -> bool:
         """1 update, guarded by token and status."""
-        changes: Doc = {"inflight": {}, "inflight_any": False, "updated_at": to_us(utcnow())}
+        changes: Doc = {"inflight": {}, "open_pass": False, "updated_at": to_us(utcnow())}
         if status is not None:
             changes["status"] = check_str(status, "run status")
             changes["output"] = dump_value(output)
@@ -328,7 +327,7 @@ class MongoStore:
             "updated_at": {"$lt": to_us(check_datetime(before, "before"))},
         }
         if check_bool(in_flight_only, "in_flight_only"):
-            query["inflight_any"] = True
+            query["open_pass"] = True
         docs = await self.runs.find(query).sort(_LEAST_RECENT).limit(limit).to_list()
         return [run_from_doc(doc) for doc in docs]
 
@@ -477,6 +476,18 @@ class MongoStore:
         )
         history = cast(list[str], (doc or {}).get("history") or [])
         return any(entry_from_text(item) == entry for item in history)
+
+    @transient_retry
+    async def find_unnotified_steps(self, before: datetime, limit: int) -> list[StepRecord]:
+        """1 find."""
+        if check_int(limit, "limit") <= 0:
+            return []
+        query: Doc = {
+            "notified": False,
+            "updated_at": {"$lt": to_us(check_datetime(before, "before"))},
+        }
+        docs = await self.steps.find(query).sort(_LEAST_RECENT).limit(limit).to_list()
+        return [step_from_doc(doc) for doc in docs]
 
     @transient_retry
     async def claim_step(

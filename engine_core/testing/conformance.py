@@ -503,3 +503,31 @@ class StoreConformance:
         assert sum(1 for g in got if g is not None) == 1
         other = await store.acquire_lease("other-key", "h", 30)
         assert other is not None
+
+    async def test_open_pass_is_set_by_begin_and_cleared_by_settle(self, store: Store) -> None:
+        await store.insert_run(make_run())
+        later = utcnow() + timedelta(seconds=5)
+        assert await store.find_idle_runs(later, 10, in_flight_only=True) == []
+        token = await begin(store)
+        opened = await store.find_idle_runs(later, 10, in_flight_only=True)
+        assert [r.run_id for r in opened] == ["run-1"] and opened[0].open_pass
+        assert await store.settle_run("run-1", token=token, expect=("running",))
+        assert await store.find_idle_runs(later, 10, in_flight_only=True) == []
+        got = await store.get_run("run-1")
+        assert got is not None and got.open_pass is False
+
+    async def test_unnotified_steps_are_found(self, store: Store) -> None:
+        await store.insert_step(make_job("r", "told"))
+        await store.insert_step(make_job("r", "untold"))
+        assert await store.update_step(
+            "r",
+            "untold",
+            guard=StepGuard(status_in=("scheduled",)),
+            changes={"status": "succeeded", "notified": False, "updated_at": utcnow()},
+        )
+        later = utcnow() + timedelta(seconds=5)
+        found = await store.find_unnotified_steps(later, 10)
+        assert [(s.run_id, s.key, s.notified) for s in found] == [("r", "untold", False)]
+        assert await store.find_unnotified_steps(utcnow() - timedelta(seconds=60), 10) == []
+        await store.update_step("r", "untold", guard=StepGuard(), changes={"notified": True})
+        assert await store.find_unnotified_steps(later, 10) == []
