@@ -35,24 +35,34 @@ BACKOFF_MAX_ENTRIES = 10_000
 WAKE_GRACE_S = 2.0
 
 
+REPORT_SAMPLE = 100
+
+
 @dataclass
 class RecoveryReport:
-    """What one recovery pass did."""
+    """What one recovery pass did: counts, and the first run ids it touched (a bounded
+    sample, so a sweep over N parked steps keeps no O(N) list)."""
 
-    woken: list[str] = field(default_factory=list)
-    rearmed: list[str] = field(default_factory=list)
-    redispatched: list[str] = field(default_factory=list)
-    resumed: list[str] = field(default_factory=list)
+    woken: int = 0
+    rearmed: int = 0
+    redispatched: int = 0
+    resumed: int = 0
     skipped: bool = False
+    runs: list[str] = field(default_factory=list)
+
+    def note(self, what: str, run_id: str) -> None:
+        setattr(self, what, getattr(self, what) + 1)
+        if len(self.runs) < REPORT_SAMPLE and run_id not in self.runs:
+            self.runs.append(run_id)
 
     @property
     def total(self) -> int:
-        return len(self.woken) + len(self.rearmed) + len(self.redispatched) + len(self.resumed)
+        return self.woken + self.rearmed + self.redispatched + self.resumed
 
     def summary(self) -> str:
         return (
-            f"{len(self.woken)} sleeps woken, {len(self.rearmed)} re-armed, "
-            f"{len(self.redispatched)} steps re-dispatched, {len(self.resumed)} runs resumed"
+            f"{self.woken} sleeps woken, {self.rearmed} re-armed, "
+            f"{self.redispatched} steps re-dispatched, {self.resumed} runs resumed"
         )
 
 
@@ -203,16 +213,16 @@ class WorkflowRecovery:
             if (child is None or child.status in TERMINAL) and await self._drive_unless_owned(
                 step.run_id
             ):
-                report.resumed.append(step.run_id)
+                report.note("resumed", step.run_id)
             return
         remaining = (step.due_at - now).total_seconds()
         if remaining > 0:
             if startup and engine.serving:
                 engine._arm_timer(step.run_id, step.due_at)
-                report.rearmed.append(step.run_id)
+                report.note("rearmed", step.run_id)
             return
         if (startup or remaining <= -WAKE_GRACE_S) and await self._drive_unless_owned(step.run_id):
-            report.woken.append(step.run_id)
+            report.note("woken", step.run_id)
 
     async def _sweep_unnotified(self, report: RecoveryReport) -> None:
         # A worker or a child run settled a step and died before telling its run.
@@ -220,7 +230,7 @@ class WorkflowRecovery:
         before = utcnow() - timedelta(seconds=engine.lease_ttl)
         for step in await engine.store.find_unnotified_steps(before, RUN_BATCH):
             await engine.notify_run(step.run_id, step.key)
-            report.resumed.append(step.run_id)
+            report.note("resumed", step.run_id)
 
     async def _sweep_in_flight(self, report: RecoveryReport) -> None:
         # A pass marks each step it starts on its run and clears the marks when it
@@ -230,8 +240,7 @@ class WorkflowRecovery:
         before = utcnow() - timedelta(seconds=min(engine.lease_ttl, engine.undispatched_after))
         for run in await engine.store.find_idle_runs(before, RUN_BATCH, in_flight_only=True):
             if await self._drive_unless_owned(run.run_id):
-                target = report.redispatched if _lost_arm(run) else report.resumed
-                target.append(run.run_id)
+                report.note("redispatched" if _lost_arm(run) else "resumed", run.run_id)
 
     async def _sweep_stalled(self, report: RecoveryReport) -> None:
         engine = self.engine
@@ -241,7 +250,7 @@ class WorkflowRecovery:
             if any(s.status == "scheduled" or s.status == "running" for s in steps):
                 continue  # parked on purpose; the scheduled sweep and the queue own it
             if await self._drive_unless_owned(run.run_id):
-                report.resumed.append(run.run_id)
+                report.note("resumed", run.run_id)
 
 
 def _lost_arm(run: RunRecord) -> bool:

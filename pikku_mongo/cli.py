@@ -113,6 +113,7 @@ async def _run(args: argparse.Namespace, uri: str) -> Any:
                 "rearmed": report.rearmed,
                 "redispatched": report.redispatched,
                 "resumed": report.resumed,
+                "runs": report.runs,
             }
             text = (
                 "another instance holds the recovery lease; nothing done"

@@ -7,11 +7,14 @@ import asyncio
 from collections import Counter
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine_core import Engine, WorkflowContext, current_step
 from engine_core.memory import InMemoryStore
+from engine_core.store import Store
+from tests.conftest import mongo_store
 
 # Per step: (attempts that fail, whether its process dies once mid-step, whether the
 # workflow pauses after it, which ends the pass so the next one replays from the top).
@@ -22,8 +25,19 @@ step_plans = st.lists(
 )
 
 
-async def _run_schedule(plan: list[tuple[int, bool, bool]], rivals: list[bool]) -> None:
-    store = InMemoryStore()
+async def _run_schedule(
+    plan: list[tuple[int, bool, bool]], rivals: list[bool], mongo_uri: str | None
+) -> None:
+    store: Store = InMemoryStore() if mongo_uri is None else await mongo_store(mongo_uri)
+    try:
+        await _check_schedule(store, plan, rivals)
+    finally:
+        await store.close()
+
+
+async def _check_schedule(
+    store: Store, plan: list[tuple[int, bool, bool]], rivals: list[bool]
+) -> None:
     engine = Engine(store, lease_ttl="5s")
     rival = Engine(store, lease_ttl="5s")  # another process racing for the same run
     successes: Counter[int] = Counter()
@@ -86,9 +100,18 @@ async def _run_schedule(plan: list[tuple[int, bool, bool]], rivals: list[bool]) 
         assert recorded.attempts == failures + int(crash) + 1
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 @given(plan=step_plans, rivals=st.lists(st.booleans(), max_size=8))
+@pytest.mark.parametrize("store_kind", ["memory", "mongo"])
 def test_succeeded_steps_never_run_again(
-    plan: list[tuple[int, bool, bool]], rivals: list[bool]
+    request: pytest.FixtureRequest,
+    store_kind: str,
+    plan: list[tuple[int, bool, bool]],
+    rivals: list[bool],
 ) -> None:
-    asyncio.run(_run_schedule(plan, rivals))
+    uri = request.getfixturevalue("nx_uri") if store_kind == "mongo" else None
+    asyncio.run(_run_schedule(plan, rivals, uri))
