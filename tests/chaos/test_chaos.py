@@ -78,13 +78,18 @@ async def test_a_dispatch_whose_process_died_before_pickup_runs_once(
 async def test_a_fleet_runs_every_dispatched_step_exactly_once(
     fleet: Fleet, client: Engine
 ) -> None:
+    # No process dies here, so no claim may lapse: a lease long enough for a loaded
+    # 2-core machine (a claim lapses only when its worker stalls for 2/3 of it).
     for _ in range(3):
-        fleet.spawn()
+        fleet.spawn("--lease-ttl", "10s")
     runs = [await client.start("dispatchy", {"jobs": 4}) for _ in range(50)]
     for run_id in runs:
         await client.result(run_id, timeout=120)
-    per_step = Counter((r["run"], r["step"]) for r in fleet.records("job"))
-    assert len(per_step) == 200 and set(per_step.values()) == {1}
+    jobs = fleet.records("job")
+    per_attempt = Counter((r["run"], r["step"], r["attempt"]) for r in jobs)
+    assert set(per_attempt.values()) == {1}, "one claimed attempt ran twice"
+    per_step = Counter((r["run"], r["step"]) for r in jobs)
+    assert len(per_step) == 200 and set(per_step.values()) == {1}, per_attempt
 
 
 async def test_a_fleet_under_chaos_completes_every_run(fleet: Fleet, client: Engine) -> None:
