@@ -88,6 +88,9 @@ class Engine:
         self._settled = asyncio.Event()
         self._work = asyncio.Event()
         self._serving = False
+        self._closing = False
+        # How long leaving ``async with`` waits for running steps before cancelling them.
+        self.shutdown_grace = min(self.lease_ttl, 30.0)
         self._worker: Any = None
         self._recovery: Any = None
 
@@ -137,18 +140,28 @@ class Engine:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        # Graceful: claim and start nothing new, let the steps running now record their
+        # outcomes (a pass stops at its next step boundary and leaves the run owed to
+        # the fleet), and only then cancel what is left. A cancelled step would cost an
+        # attempt when another process takes it back.
         self._serving = False
+        self._closing = True
         if self._recovery is not None:
             await self._recovery.stop()
-        if self._worker is not None:
-            await self._worker.stop()
         for handle in self._timers.values():
             handle.cancel()
         self._timers.clear()
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        try:
+            if self._worker is not None:
+                await self._worker.stop(grace=self.shutdown_grace)
+            if self._tasks:
+                await asyncio.wait(list(self._tasks), timeout=self.shutdown_grace)
+            tasks = list(self._tasks)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        finally:
+            self._closing = False
 
     @property
     def serving(self) -> bool:
@@ -441,6 +454,10 @@ class Engine:
             finally:
                 keeper.cancel()
                 await self.store.release_lease(lease)
+            if end == "requeued":
+                # This process is shutting down: the run is owed to the fleet.
+                await self.store.request_pass(run_id)
+                return True
             if end != "parked":
                 return True
             # A trigger that came while we held the lease found it taken and left

@@ -44,7 +44,7 @@ log = logging.getLogger("engine_core")
 INLINE_RETRY_LIMIT_S = 1.0
 _STACK_LIMIT = 4000
 
-PassEnd = Literal["terminal", "parked", "stopped"]
+PassEnd = Literal["terminal", "parked", "stopped", "requeued"]
 
 
 class _Parked(BaseException):
@@ -112,6 +112,7 @@ class RunPass:
         self._idle = asyncio.Event()
         self._idle.set()
         self.traceparent: str | None = run.wire.get("traceparent")
+        self.requeue = False
 
     # ---- running the body -------------------------------------------------------
 
@@ -137,7 +138,9 @@ class RunPass:
                 return await self._compensate(None)
             if control is _Parked:
                 ok = await self._settle(None, None, None)
-                return "parked" if ok else "stopped"
+                if not ok:
+                    return "stopped"
+                return "requeued" if self.requeue else "parked"
             if failure is not None:
                 if isinstance(failure, KeyboardInterrupt | SystemExit):
                     raise failure
@@ -221,8 +224,9 @@ class RunPass:
                 failed.append(step.key)
             except _Parked:
                 await self._drain()
-                await self._settle(None, None, None)
-                return "parked"
+                if not await self._settle(None, None, None):
+                    return "stopped"
+                return "requeued" if self.requeue else "parked"
         if failed:
             error["compensation_failed"] = failed
             error["message"] = (
@@ -243,6 +247,10 @@ class RunPass:
         return name if seen == 0 else f"{name}#{seen}"
 
     async def _start(self, key: str, attempt: int) -> None:
+        if self.engine._closing:
+            # Shutting down: start nothing new; end the pass as if parked.
+            self.requeue = True
+            raise _Parked()
         done, self._done = self._done, set()
         ok = await self.store.start_step(
             self.run.run_id,

@@ -40,11 +40,14 @@ class Worker:
     def start(self) -> None:
         self._loop_task = asyncio.ensure_future(self._run())
 
-    async def stop(self) -> None:
+    async def stop(self, grace: float = 0.0) -> None:
+        """Stop claiming; give running jobs ``grace`` seconds to finish, then cancel them."""
         if self._loop_task is not None:
             self._loop_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._loop_task
+        if self._jobs and grace > 0:
+            await asyncio.wait(list(self._jobs), timeout=grace)
         for job in list(self._jobs):
             job.cancel()
         await asyncio.gather(*self._jobs, return_exceptions=True)

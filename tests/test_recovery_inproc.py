@@ -109,3 +109,37 @@ def test_backoff_doubles_caps_and_forgets() -> None:
     for name in "abcd":
         backoff.note(name, now)
     assert len(backoff) == 3 and backoff.eligible("a", now)
+
+
+async def test_leaving_async_with_lets_running_steps_finish(
+    make_engine: Callable[..., Engine],
+) -> None:
+    first, second = make_engine(), make_engine()
+    entered = asyncio.Event()
+    ran: list[str] = []
+
+    async def slow() -> str:
+        entered.set()
+        await asyncio.sleep(0.3)
+        ran.append("slow")
+        return "slow-done"
+
+    for engine in (first, second):
+
+        @engine.workflow("graceful")
+        async def graceful(ctx: WorkflowContext, data: Any) -> list[str]:
+            a = await ctx.step("slow", slow)
+            b = await ctx.step("next", lambda: ran.append("next") or "next-done")
+            return [a, b]
+
+    async with first:
+        run_id = await first.start("graceful")
+        await asyncio.wait_for(entered.wait(), 5)
+    # The running step finished and recorded; the next one was left to the fleet.
+    status = await first.status(run_id)
+    assert ran == ["slow"] and status.steps["slow"].status == "succeeded"
+    assert "next" not in status.steps
+    async with second:
+        assert await second.result(run_id, timeout=10) == ["slow-done", "next-done"]
+    assert ran == ["slow", "next"]
+    assert (await second.status(run_id)).steps["slow"].attempts == 1
