@@ -491,6 +491,23 @@ class RunPass:
 
     # ---- steps that wait outside the pass ----------------------------------------
 
+    def _scheduled(
+        self, key: str, kind: StepKind, due_at: datetime | None, **fields: Any
+    ) -> StepRecord:
+        """A step record armed now, waiting for ``due_at`` (or for something outside)."""
+        now = utcnow()
+        return StepRecord(
+            run_id=self.run.run_id,
+            key=key,
+            kind=kind,
+            status="scheduled",
+            due_at=due_at,
+            scheduled_at=now,
+            updated_at=now,
+            traceparent=self.traceparent,
+            **fields,
+        )
+
     async def _arm(self, step: StepRecord) -> None:
         """Record a waiting step (once: a concurrent arm of the same step is a no-op)."""
         await self._start(step.key, 0)
@@ -517,26 +534,17 @@ class RunPass:
         if done is not None:
             return done.result
         if key not in self.steps:
-            now = utcnow()
-            await self._tracked(
-                self._arm(
-                    StepRecord(
-                        run_id=self.run.run_id,
-                        key=key,
-                        kind="dispatch",
-                        status="scheduled",
-                        max_attempts=attempts,
-                        retry_delay=delay,
-                        timeout=limit,
-                        function=function,
-                        payload=to_stored(payload, f"payload of step {key!r}"),
-                        due_at=now,
-                        scheduled_at=now,
-                        updated_at=now,
-                        traceparent=self.traceparent,
-                    )
-                )
+            job = self._scheduled(
+                key,
+                "dispatch",
+                utcnow(),
+                max_attempts=attempts,
+                retry_delay=delay,
+                timeout=limit,
+                function=function,
+                payload=to_stored(payload, f"payload of step {key!r}"),
             )
+            await self._tracked(self._arm(job))
             self.engine._work_arrived()
         raise _Parked()
 
@@ -549,20 +557,7 @@ class RunPass:
         now = utcnow()
         if step is None:
             due = now + timedelta(seconds=seconds)
-            await self._tracked(
-                self._arm(
-                    StepRecord(
-                        run_id=self.run.run_id,
-                        key=key,
-                        kind="sleep",
-                        status="scheduled",
-                        due_at=due,
-                        scheduled_at=now,
-                        updated_at=now,
-                        timeout=seconds,
-                    )
-                )
-            )
+            await self._tracked(self._arm(self._scheduled(key, "sleep", due, timeout=seconds)))
             self.engine._arm_timer(self.run.run_id, due)
             raise _Parked()
         if step.due_at is not None and step.due_at <= now:
@@ -606,16 +601,13 @@ class RunPass:
 
     async def _wait_event(self, key: str, name: str, limit: float | None) -> Any:
         run_id = self.run.run_id
-        step = self.steps.get(key) or StepRecord(
-            run_id=run_id, key=key, kind="event", status="scheduled", event=name
-        )
+        step = self.steps.get(key) or self._scheduled(key, "event", None, event=name)
         event = await self.store.consume_event(run_id, name, f"{run_id}\x00{key}")
         if event is not None:
             await self._wake(step, event.payload)
             return event.payload
         now = utcnow()
         if key not in self.steps:
-            step.scheduled_at = step.updated_at = now
             step.due_at = now + timedelta(seconds=limit) if limit is not None else None
             step.timeout = limit
             await self._arm(step)
@@ -638,22 +630,17 @@ class RunPass:
         step = self.steps.get(key)
         child_id = self.engine._child_run_id(self.run.run_id, key)
         if step is None:
-            now = utcnow()
             stored_input = to_stored(input, f"input of child step {key!r}")
-            await self._arm(
-                StepRecord(
-                    run_id=self.run.run_id,
-                    key=key,
-                    kind="child",
-                    status="scheduled",
-                    child_run_id=child_id,
-                    payload=stored_input,
-                    function=workflow,
-                    due_at=now,
-                    scheduled_at=now,
-                    updated_at=now,
-                )
+            # Due at once, so the scheduled sweep checks on the child (see recovery).
+            armed = self._scheduled(
+                key,
+                "child",
+                utcnow(),
+                child_run_id=child_id,
+                payload=stored_input,
+                function=workflow,
             )
+            await self._arm(armed)
             await self.engine._start_child(self.run, key, child_id, workflow, stored_input)
             raise _Parked()
         # The child may have ended while nobody settled this step (its process died
