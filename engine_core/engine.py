@@ -312,6 +312,10 @@ class Engine:
         if updated is not None:
             await mirror_run(self.mirror, updated)
             await self.store.halt_steps(run_id, True)
+            # A resume that raced us may have unhalted before our halt landed.
+            latest = await self.store.get_run(run_id)
+            if latest is not None and latest.status == "running":
+                await self.store.halt_steps(run_id, False)
 
     async def resume(self, run_id: str) -> None:
         """Set a suspended run running again and give it a pass."""
@@ -458,7 +462,7 @@ class Engine:
                 # This process is shutting down: the run is owed to the fleet.
                 await self.store.request_pass(run_id)
                 return True
-            if end != "parked":
+            if end not in ("parked", "stopped"):
                 return True
             # A trigger that came while we held the lease found it taken and left
             # the pass owed to us; it is only visible now that the lease is free.
@@ -566,6 +570,12 @@ class Engine:
             wire={"traceparent": parent.wire.get("traceparent"), "started_by": self.instance_id},
         )
         if await self.store.insert_run(child) is None:
+            # A cancel of the parent that listed its children before this one existed
+            # must still reach it: the parent's status was written before that listing.
+            latest = await self.store.get_run(parent.run_id)
+            if latest is not None and latest.status in ("cancelled", "compensating"):
+                await self.cancel(child_id, compensate=latest.status == "compensating")
+                return
             self._kick_local(child_id)
 
     async def _reconcile_child(self, parent: RunRecord, step: StepRecord) -> StepRecord | None:

@@ -106,6 +106,7 @@ class InMemoryStore:
         for finished in done:
             run.inflight.pop(finished, None)
         run.inflight[key] = InflightStep(attempt=attempt, started_at=started_at)
+        run.open_pass = True
         run.updated_at = utcnow()
         return True
 

@@ -15,11 +15,11 @@ import traceback
 from collections import Counter
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 from engine_core.context import StepInfo, WorkflowContext, _current_step
 from engine_core.durations import Duration, check_retry_delay, parse_duration, retry_delay_seconds
-from engine_core.errors import NotSerializableError, StepFailedError
+from engine_core.errors import NotSerializableError, StepFailedError, WorkflowNotRegisteredError
 from engine_core.mirror import mirror_step
 from engine_core.records import (
     AttemptEntry,
@@ -177,6 +177,8 @@ class RunPass:
 
     async def _fail(self, failure: BaseException) -> PassEnd:
         error = error_info(failure)
+        # Queue jobs of a failing run must not start any more.
+        await self.store.halt_steps(self.run.run_id, True)
         if self._compensable():
             if not await self._settle("compensating", None, error):
                 return "stopped"
@@ -303,7 +305,10 @@ class RunPass:
             entry=entry,
         )
         if not ok:
-            raise _Stopped()  # a newer attempt of this step owns it now
+            # A newer attempt (or a zombie pass's outcome) owns the step now; the next
+            # pass replays from what is stored.
+            await self.store.request_pass(self.run.run_id)
+            raise _Stopped()
         record = self.steps.get(key) or StepRecord(
             run_id=self.run.run_id, key=key, kind=kind, status=status
         )
@@ -319,10 +324,21 @@ class RunPass:
         self._active += 1
         try:
             return await coro
+        except _Parked:
+            pass
         finally:
             self._active -= 1
             if not self._active:
                 self._idle.set()
+        await self._park()
+
+    async def _park(self) -> NoReturn:
+        """End the pass here, once the steps running beside this one have finished: under
+        ``asyncio.gather`` a sibling's failure must reach the body before the park does,
+        or every replay would park in the same place and never see it."""
+        await asyncio.sleep(0)  # siblings gathered with us get to start (and be counted)
+        await self._drain()
+        raise _Parked()
 
     def _finished(self, key: str) -> StepRecord | None:
         """The step's record if it has finished; raises its failure if it failed."""
@@ -514,6 +530,13 @@ class RunPass:
         if await self.store.insert_step(step):
             await mirror_step(self.engine.mirror, step)
         self.steps[step.key] = step
+        if step.kind == "dispatch":
+            # A cancel or suspend that landed between our start and our insert halted
+            # the run's jobs before ours existed: look again, and halt it ourselves.
+            latest = await self.store.get_run(self.run.run_id)
+            if latest is None or latest.status != self.status or latest.token != self.run.token:
+                await self.store.halt_steps(self.run.run_id, True)
+                raise _Stopped()
 
     async def dispatch_step(
         self,
@@ -546,7 +569,12 @@ class RunPass:
             )
             await self._tracked(self._arm(job))
             self.engine._work_arrived()
-        raise _Parked()
+        elif self.steps[key].halted:
+            # A suspend that raced a resume can leave the job halted on a running run.
+            await self._tracked(self._start(key, 0))
+            await self.store.halt_steps(self.run.run_id, False)
+            self.engine._work_arrived()
+        await self._park()
 
     async def sleep_step(self, name: str, duration: Duration) -> None:
         key = self._key(name)
@@ -559,16 +587,17 @@ class RunPass:
             due = now + timedelta(seconds=seconds)
             await self._tracked(self._arm(self._scheduled(key, "sleep", due, timeout=seconds)))
             self.engine._arm_timer(self.run.run_id, due)
-            raise _Parked()
+            await self._park()
         if step.due_at is not None and step.due_at <= now:
             await self._tracked(self._wake(step, None))
             return None
         if step.due_at is not None:
             self.engine._arm_timer(self.run.run_id, step.due_at)
-        raise _Parked()
+        await self._park()
 
-    async def _wake(self, step: StepRecord, result: Any) -> None:
-        """Settle a scheduled step (a sleep that is due, an event, a timeout)."""
+    async def _wake(self, step: StepRecord, result: Any) -> Any:
+        """Settle a scheduled step (a sleep that is due, an event, a timeout) and return
+        its result: ours, or the one already recorded if another pass settled it first."""
         now = utcnow()
         changes = {
             "status": "succeeded",
@@ -577,18 +606,25 @@ class RunPass:
             "updated_at": now,
             "ended_at": now,
         }
-        await self.store.update_step(
+        landed = await self.store.update_step(
             self.run.run_id,
             step.key,
             guard=StepGuard(status_in=("scheduled",), missing_ok=True),
             changes={"kind": step.kind, "event": step.event, **changes},
             entry=AttemptEntry(attempt=1, status="succeeded", at=now),
         )
+        if not landed:
+            stored = await self.store.get_step(self.run.run_id, step.key)
+            if stored is None or stored.status != "succeeded":
+                raise _Stopped()
+            self.steps[step.key] = stored
+            return stored.result
         for field_name, value in changes.items():
             setattr(step, field_name, value)
         self.steps[step.key] = step
         self._done.add(step.key)
         await mirror_step(self.engine.mirror, step)
+        return result
 
     async def event_step(self, name: str, timeout: Duration | None) -> Any:
         check_name(name, "event name")
@@ -604,16 +640,14 @@ class RunPass:
         step = self.steps.get(key) or self._scheduled(key, "event", None, event=name)
         event = await self.store.consume_event(run_id, name, f"{run_id}\x00{key}")
         if event is not None:
-            await self._wake(step, event.payload)
-            return event.payload
+            return await self._wake(step, event.payload)
         now = utcnow()
         if key not in self.steps:
             step.due_at = now + timedelta(seconds=limit) if limit is not None else None
             step.timeout = limit
             await self._arm(step)
         elif step.due_at is not None and step.due_at <= now:
-            await self._wake(step, None)
-            return None
+            return await self._wake(step, None)
         if step.due_at is not None:
             self.engine._arm_timer(run_id, step.due_at)
         raise _Parked()
@@ -621,6 +655,11 @@ class RunPass:
     async def child_step(self, name: str, workflow: str, input: Any) -> Any:
         key = self._key(name)
         check_name(workflow, "workflow name")
+        if workflow not in self.engine._workflows:
+            raise WorkflowNotRegisteredError(
+                f"child step {key!r} names workflow {workflow!r}, which is not registered "
+                f"on this engine (registered: {sorted(self.engine._workflows)})"
+            )
         done = self._finished(key)
         if done is not None:
             return done.result

@@ -68,7 +68,8 @@ class Store(Protocol):
         """Record that an attempt of step ``key`` starts, if the run may still start it.
 
         Lands only if the run's status is ``status`` and its token is ``token``: a stop
-        request or a newer pass is seen here. Sets ``inflight[key]`` and removes the
+        request or a newer pass is seen here. Sets ``open_pass`` and ``inflight[key]``
+        (a compensation after a settle reopens the pass) and removes the
         ``done`` keys from ``inflight`` in the same write. Returns whether it landed.
         """
 

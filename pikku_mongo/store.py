@@ -217,6 +217,7 @@ class MongoStore:
                 f"inflight.{inflight_field(key)}": inflight_entry(
                     key, check_int(attempt, "attempt"), check_datetime(started_at, "started_at")
                 ),
+                "open_pass": True,
                 "updated_at": to_us(utcnow()),
             }
         }

@@ -1,0 +1,166 @@
+"""Races between a pass and the API calls that stop it, and runs that must not hang.
+A store proxy holds one write back so the other side lands in between, as a network
+round trip would let it."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from engine_core import Engine, StepFailedError, WorkflowContext, WorkflowRunFailedError
+from engine_core.records import StepRecord
+from engine_core.store import Store
+
+
+class GatedStore:
+    """Delegates to a real store; ``insert_step`` of one kind waits for ``go``, and
+    ``halt_steps(True)`` can be slowed down."""
+
+    def __init__(self, inner: Store, gate_kind: str | None = None, slow_halt: float = 0):
+        self._inner = inner
+        self.gate_kind = gate_kind
+        self.slow_halt = slow_halt
+        self.reached = asyncio.Event()
+        self.go = asyncio.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def insert_step(self, step: StepRecord) -> bool:
+        if step.kind == self.gate_kind and not self.go.is_set():
+            self.reached.set()
+            await self.go.wait()
+        return await self._inner.insert_step(step)
+
+    async def halt_steps(self, run_id: str, halted: bool) -> None:
+        if halted and self.slow_halt:
+            await asyncio.sleep(self.slow_halt)
+        await self._inner.halt_steps(run_id, halted)
+
+
+@pytest.mark.parametrize("kind", ["dispatch", "child"])
+async def test_nothing_starts_after_cancel_returns_even_mid_arm(store: Store, kind: str) -> None:
+    gated = GatedStore(store, gate_kind=kind)
+    engine = Engine(gated, lease_ttl="5s")  # type: ignore[arg-type]
+    ran: list[str] = []
+
+    @engine.workflow("child")
+    async def child(ctx: WorkflowContext, data: Any) -> int:
+        await ctx.step("side-effect", lambda: ran.append("child step"))
+        return 1
+
+    @engine.step_function("email")
+    async def email(payload: Any) -> int:
+        ran.append("dispatched step")
+        return 1
+
+    @engine.workflow("parent")
+    async def parent(ctx: WorkflowContext, data: Any) -> Any:
+        if kind == "child":
+            return await ctx.child("c", "child")
+        return await ctx.dispatch("d", "email")
+
+    async with engine:
+        run_id = await engine.start("parent")
+        await asyncio.wait_for(gated.reached.wait(), 5)
+        await engine.cancel(run_id)  # lands between the pass's start and its insert
+        gated.go.set()
+        await asyncio.sleep(0.5)
+    assert ran == []
+    runs = await engine.list_runs()
+    assert {r.status for r in runs} == {"cancelled"}
+
+
+async def test_a_suspend_racing_a_resume_leaves_no_job_halted(store: Store) -> None:
+    gated = GatedStore(store, slow_halt=0.05)
+    engine = Engine(gated, lease_ttl="5s")  # type: ignore[arg-type]
+    ran: list[int] = []
+
+    @engine.step_function("job")
+    async def job(payload: Any) -> int:
+        ran.append(1)
+        if len(ran) == 1:
+            raise RuntimeError("first try")
+        return 1
+
+    @engine.workflow("w")
+    async def w(ctx: WorkflowContext, data: Any) -> Any:
+        return await ctx.dispatch("d", "job", None, retries=1, retry_delay="500ms")
+
+    async with engine:
+        run_id = await engine.start("w")
+        while not ran:
+            await asyncio.sleep(0.01)
+        suspending = asyncio.ensure_future(engine.suspend(run_id))
+        while (await engine.status(run_id)).status != "suspended":
+            await asyncio.sleep(0.005)
+        await engine.resume(run_id)  # lands while the suspend's halt is still on its way
+        await suspending
+        assert await engine.result(run_id, timeout=10) == 1
+
+
+async def test_a_failure_beside_a_parked_wait_reaches_the_body(engine: Engine) -> None:
+    async def charge() -> None:
+        raise RuntimeError("card declined")
+
+    @engine.workflow("g")
+    async def g(ctx: WorkflowContext, data: Any) -> Any:
+        return await asyncio.gather(ctx.wait_for_event("approval"), ctx.step("charge", charge))
+
+    async with engine:
+        run_id = await engine.start("g")
+        with pytest.raises(WorkflowRunFailedError, match="card declined"):
+            await engine.result(run_id, timeout=10)
+
+
+async def test_a_child_of_an_unknown_workflow_fails_the_parent(engine: Engine) -> None:
+    seen: list[str] = []
+
+    @engine.workflow("p")
+    async def p(ctx: WorkflowContext, data: Any) -> Any:
+        try:
+            return await ctx.child("c", "typo")
+        except StepFailedError:  # pragma: no cover - not a step failure
+            seen.append("step")
+            raise
+
+    async with engine:
+        run_id = await engine.start("p")
+        with pytest.raises(WorkflowRunFailedError, match="'typo', which is not registered"):
+            await engine.result(run_id, timeout=10)
+    assert seen == []
+    assert [r.run_id for r in await engine.list_runs()] == [run_id]
+
+
+async def test_a_crash_during_compensation_is_recovered(make_engine: Any) -> None:
+    stuck = asyncio.Event()
+    undone: list[str] = []
+
+    def build(engine: Engine, hang: bool) -> None:
+        async def undo(result: Any) -> None:
+            if hang:
+                stuck.set()
+                await asyncio.Event().wait()  # the process dies in here
+            undone.append(result)
+
+        @engine.workflow("w")
+        async def w(ctx: WorkflowContext, data: Any) -> None:
+            await ctx.step("a", lambda: "a", compensate=undo)
+            await ctx.step("b", lambda: 1 / 0)
+
+    first: Engine = make_engine(lease_ttl="300ms")
+    build(first, hang=True)
+    second: Engine = make_engine(lease_ttl="300ms", recovery_interval="200ms")
+    build(second, hang=False)
+    async with first:
+        run_id = await first.start("w")
+        await asyncio.wait_for(stuck.wait(), 5)
+        first.shutdown_grace = 0  # die now, mid-compensation
+    assert (await first.status(run_id)).status == "compensating"
+    async with second:
+        with pytest.raises(WorkflowRunFailedError):
+            await second.result(run_id, timeout=10)
+    # The lost compensation attempt counts: with no retries it fails for good.
+    assert (await second.status(run_id)).status == "compensation_failed"
