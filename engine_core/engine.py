@@ -82,6 +82,9 @@ class Engine:
         self._workflows: dict[str, WorkflowFn] = {}
         self._step_functions: dict[str, StepFn] = {}
         self._slots = asyncio.Semaphore(concurrency)
+        # Passes in flight, bounded too: hundreds of passes started at once would each
+        # take a lease whose clock runs while they queue for the store.
+        self._pass_slots = asyncio.Semaphore(concurrency)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._driving: set[str] = set()
         self._timers: dict[tuple[str, datetime], asyncio.TimerHandle] = {}
@@ -437,6 +440,10 @@ class Engine:
             self._driving.discard(run_id)
 
     async def _drive_passes(self, run_id: str) -> bool:
+        async with self._pass_slots:
+            return await self._drive_passes_now(run_id)
+
+    async def _drive_passes_now(self, run_id: str) -> bool:
         while True:
             lease = await self.store.acquire_lease(
                 f"run:{run_id}", self.instance_id, self.lease_ttl

@@ -8,6 +8,7 @@ with the store.
 from __future__ import annotations
 
 import copy as _copy_module
+import heapq
 from collections.abc import Iterable, Sequence
 from dataclasses import fields, replace
 from datetime import datetime, timedelta
@@ -330,14 +331,16 @@ class InMemoryStore:
     async def find_scheduled_steps(
         self, limit: int, after: StepPage | None = None
     ) -> list[StepRecord]:
-        found = sorted(
-            (s for s in self._steps.values() if s.status == "scheduled" and s.due_at is not None),
-            key=_step_order,
+        mark = (after.due_at, after.run_id, after.key) if after is not None else None
+        due = (
+            s
+            for s in self._steps.values()
+            if s.status == "scheduled"
+            and s.due_at is not None
+            and (mark is None or _step_order(s) > mark)
         )
-        if after is not None:
-            mark = (after.due_at, after.run_id, after.key)
-            found = [s for s in found if _step_order(s) > mark]
-        return [_clone(s) for s in found[:limit]]
+        # O(N log limit) a page, not a sort of every scheduled step.
+        return [_clone(s) for s in heapq.nsmallest(limit, due, key=_step_order)]
 
     # ---- events -----------------------------------------------------------------
 
