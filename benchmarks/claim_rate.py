@@ -85,7 +85,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=500)
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT / "scripts"))
-    import test_servers
+    import test_servers  # type: ignore[import-not-found]
 
     print("| server | raw find_one_and_update/s | claims/s, 1 process | claims/s, 4 processes |")
     print("|---|---|---|---|")

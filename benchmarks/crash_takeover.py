@@ -74,7 +74,7 @@ async def once(base_uri: str, ttl: float, tmp: Path) -> tuple[float, float]:
 
 async def main(ttls: list[float], reps: int) -> None:
     sys.path.insert(0, str(ROOT / "scripts"))
-    import test_servers
+    import test_servers  # type: ignore[import-not-found]
 
     with tempfile.TemporaryDirectory() as tmp:
         uri = os.environ.get("MONGODB_URI")

@@ -1,0 +1,395 @@
+"""Shared pieces of the benchmark suite: sizes, measurements, stores, command counting,
+the test server and the machine description."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import platform
+import statistics
+import sys
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import asdict, dataclass, field
+from importlib import metadata
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Literal
+
+from pymongo import AsyncMongoClient, monitoring
+
+from engine_core import Engine, Store, WorkflowContext
+from engine_core.memory import InMemoryStore
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+OUT_DIR = Path(__file__).resolve().parent / "out"
+
+StoreKind = Literal["memory", "mongo"]
+
+#: Names of the workflows and the step function every workload registers.
+INLINE_WF = "bench-inline"
+SLEEP_WF = "bench-sleep"
+DISPATCH_WF = "bench-dispatch"
+NOOP_FN = "bench-noop"
+
+
+# ---- sizes --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How big each workload is (the issue's sizes, or smaller ones for ``--quick``)."""
+
+    reps: int = 3
+    w1_runs: int = 200
+    w1_steps: int = 10
+    w2_runs: int = 500
+    w2_steps: int = 10
+    w3_steps: int = 1000
+    w4_runs: int = 100
+    w4_sleep: float = 0.5
+    w5_runs: int = 100
+    w5_steps: int = 10
+    w5_workers: tuple[int, ...] = (1, 2, 4)
+    w6_parked: tuple[int, ...] = (1_000, 10_000, 100_000)
+    raw_ops: int = 2_000
+    profile_runs: int = 100
+
+    @property
+    def w5_total(self) -> int:
+        return self.w5_runs * self.w5_steps
+
+
+FULL = Sizes()
+QUICK = Sizes(
+    w1_runs=20,
+    w2_runs=50,
+    w3_steps=200,
+    w4_runs=20,
+    w5_runs=20,
+    w5_workers=(1, 2),
+    w6_parked=(1_000, 5_000),
+    raw_ops=500,
+    profile_runs=20,
+)
+
+
+# ---- measurements -------------------------------------------------------------------
+
+
+@dataclass
+class Measurement:
+    """One repetition of one workload: wall seconds, steps done, MongoDB commands sent
+    (by command name; empty on the in-memory store) and workload-specific extras."""
+
+    seconds: float
+    steps: int
+    commands: dict[str, int] = field(default_factory=dict)
+    extra: dict[str, float] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Measurement:
+        return cls(
+            seconds=float(data["seconds"]),
+            steps=int(data["steps"]),
+            commands={str(k): int(v) for k, v in dict(data.get("commands") or {}).items()},
+            extra={str(k): float(v) for k, v in dict(data.get("extra") or {}).items()},
+        )
+
+
+@dataclass
+class Summary:
+    """The medians over the repetitions of one (workload, system, variant)."""
+
+    workload: str
+    system: str  # "memory", "mongo" or "dbos"
+    variant: str  # "" or e.g. "2 workers", "10k parked"
+    reps: int
+    seconds: float
+    steps: int
+    commands_per_step: float | None
+    commands: dict[str, float]
+    extra: dict[str, float]
+    samples: list[float]
+    note: str = ""
+
+    @property
+    def per_step_ms(self) -> float:
+        return self.seconds / self.steps * 1000 if self.steps else float("nan")
+
+    @property
+    def steps_per_s(self) -> float:
+        return self.steps / self.seconds if self.seconds > 0 else float("nan")
+
+
+def summarise(
+    workload: str, system: str, variant: str, reps: list[Measurement], note: str = ""
+) -> Summary:
+    """Medians of every number over the repetitions."""
+    if not reps:
+        raise ValueError("no repetitions to summarise")
+    names = sorted({n for m in reps for n in m.commands})
+    commands = {n: statistics.median(m.commands.get(n, 0) for m in reps) for n in names}
+    extras = sorted({n for m in reps for n in m.extra})
+    extra = {n: statistics.median(m.extra[n] for m in reps if n in m.extra) for n in extras}
+    steps = int(statistics.median(m.steps for m in reps))
+    per_step = [sum(m.commands.values()) / m.steps for m in reps if m.commands and m.steps]
+    return Summary(
+        workload=workload,
+        system=system,
+        variant=variant,
+        reps=len(reps),
+        seconds=statistics.median(m.seconds for m in reps),
+        steps=steps,
+        commands_per_step=statistics.median(per_step) if per_step else None,
+        commands=commands,
+        extra=extra,
+        samples=[m.seconds for m in reps],
+        note=note,
+    )
+
+
+# ---- counting MongoDB commands ------------------------------------------------------
+
+
+class CommandCounter(monitoring.CommandListener):
+    """Counts the commands a client sends, by name (pymongo's command monitoring)."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        self.counts[event.command_name] += 1
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        pass
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass
+
+    def reset(self) -> None:
+        self.counts = Counter()
+
+    def snapshot(self) -> dict[str, int]:
+        return dict(self.counts)
+
+
+def add_counts(*parts: dict[str, int]) -> dict[str, int]:
+    total: Counter[str] = Counter()
+    for part in parts:
+        total.update(part)
+    return dict(total)
+
+
+# ---- URIs and stores ----------------------------------------------------------------
+
+
+def with_database(uri: str, name: str) -> str:
+    """``uri`` with its path (the database) replaced by ``name``, options kept."""
+    scheme, sep, rest = uri.partition("://")
+    if not sep:
+        raise ValueError(f"not a MongoDB URI: {uri!r}")
+    hosts, _, tail = rest.partition("/")
+    _, question, options = tail.partition("?")
+    return f"{scheme}://{hosts}/{name}" + (f"?{options}" if question else "")
+
+
+def redact(uri: str) -> str:
+    scheme, sep, rest = uri.partition("://")
+    hosts, slash, tail = rest.partition("/")
+    if "@" in hosts:
+        hosts = "***@" + hosts.rsplit("@", 1)[1]
+    return f"{scheme}{sep}{hosts}{slash}{tail}"
+
+
+def fresh_db_name(tag: str) -> str:
+    return f"bench_{tag}_{uuid.uuid4().hex[:10]}"
+
+
+async def drop_database(uri: str, name: str) -> None:
+    client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(uri)
+    try:
+        with contextlib.suppress(Exception):
+            await client.drop_database(name)
+    finally:
+        await client.close()
+
+
+@contextlib.asynccontextmanager
+async def open_store(
+    kind: StoreKind, base_uri: str | None, tag: str
+) -> AsyncIterator[tuple[Store, CommandCounter | None, str | None]]:
+    """A fresh store: an ``InMemoryStore``, or a ``MongoStore`` on a new database
+    (dropped afterwards) whose client counts its commands. Yields (store, counter, uri)."""
+    if kind == "memory":
+        yield InMemoryStore(), None, None
+        return
+    from pikku_mongo import MongoStore
+
+    if base_uri is None:
+        raise ValueError("a MongoStore workload needs a server URI")
+    name = fresh_db_name(tag)
+    uri = with_database(base_uri, name)
+    counter = CommandCounter()
+    store = MongoStore.from_uri(uri, event_listeners=[counter])
+    try:
+        yield store, counter, uri
+    finally:
+        await store.close()
+        await drop_database(base_uri, name)
+
+
+# ---- the workflows every workload runs ----------------------------------------------
+
+
+async def noop() -> None:
+    return None
+
+
+def register_inline(engine: Engine, stamps: list[float] | None = None) -> None:
+    """``bench-inline``: ``input["steps"]`` no-op inline steps, one after another. With
+    ``stamps``, each step appends the time it ran (for W3's growth along the run)."""
+    import time
+
+    async def stamp() -> None:
+        assert stamps is not None
+        stamps.append(time.perf_counter())
+
+    step_fn = noop if stamps is None else stamp
+
+    @engine.workflow(INLINE_WF)
+    async def inline(ctx: WorkflowContext, data: dict[str, int]) -> int:
+        for i in range(data["steps"]):
+            await ctx.step(f"s{i}", step_fn)
+        return data["steps"]
+
+
+def register_sleep(engine: Engine) -> None:
+    """``bench-sleep``: a step, a durable sleep of ``input["sleep"]`` seconds, a step."""
+
+    @engine.workflow(SLEEP_WF)
+    async def sleepy(ctx: WorkflowContext, data: dict[str, float]) -> int:
+        await ctx.step("before", noop)
+        await ctx.sleep("nap", data["sleep"])
+        await ctx.step("after", noop)
+        return 2
+
+
+def register_dispatch(engine: Engine, *, steps_function: bool) -> None:
+    """``bench-dispatch``: ``input["steps"]`` dispatched no-op steps, one after another;
+    with ``steps_function``, also the step function (a worker registers it, a client
+    does not)."""
+
+    @engine.workflow(DISPATCH_WF)
+    async def dispatched(ctx: WorkflowContext, data: dict[str, int]) -> int:
+        for i in range(data["steps"]):
+            await ctx.dispatch(f"d{i}", NOOP_FN, i)
+        return data["steps"]
+
+    if steps_function:
+
+        @engine.step_function(NOOP_FN)
+        async def noop_fn(payload: int) -> int:
+            return payload
+
+
+# ---- the test server ----------------------------------------------------------------
+
+
+def _test_servers() -> ModuleType:
+    """``scripts/test_servers.py`` (not a package: loaded from its path)."""
+    path = REPO_ROOT / "scripts" / "test_servers.py"
+    spec = importlib.util.spec_from_file_location("pikku_test_servers", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@dataclass
+class ServerInfo:
+    uri: str
+    label: str
+
+
+@contextlib.contextmanager
+def mongo_server(tmpdir: Path) -> Iterator[ServerInfo]:
+    """``MONGODB_URI`` when set (nothing started), else an nx-27017 server of our own on
+    a free loopback port, stopped afterwards."""
+    env = os.environ.get("MONGODB_URI")
+    if env:
+        yield ServerInfo(uri=env, label=f"MONGODB_URI ({redact(env)})")
+        return
+    servers = _test_servers()
+    server = servers.start_nx(tmpdir)
+    try:
+        version = _version("nx-27017")
+        yield ServerInfo(
+            uri=server.uri,
+            label=f"nx-27017 {version} (MongoDB wire protocol on SQLite), "
+            "started by the benchmark on 127.0.0.1",
+        )
+    finally:
+        server.stop()
+
+
+async def server_version(uri: str) -> str:
+    client: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(uri)
+    try:
+        info = await client.admin.command("buildInfo")
+        return str(info.get("version", "?"))
+    except Exception as exc:
+        return f"? ({type(exc).__name__})"
+    finally:
+        await client.close()
+
+
+# ---- the machine --------------------------------------------------------------------
+
+
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _cpu_model() -> str:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def _memory_gib() -> str:
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return f"{int(line.split()[1]) / 1024 / 1024:.0f} GiB"
+    return "?"
+
+
+def machine_info() -> dict[str, str]:
+    cores = os.cpu_count() or 0
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except AttributeError:
+        usable = cores
+    return {
+        "cores": f"{usable} usable ({cores} online)",
+        "cpu": _cpu_model(),
+        "memory": _memory_gib(),
+        "os": platform.platform(terse=True),
+        "python": platform.python_version(),
+        "pymongo": _version("pymongo"),
+        "pikku-mongo": _version("pikku-mongo"),
+        "dbos": _version("dbos"),
+    }

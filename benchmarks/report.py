@@ -1,0 +1,522 @@
+"""The suite's results as a Markdown table and a PNG chart.
+
+``python -m benchmarks.report [benchmarks/out/results.json]`` renders a saved run again
+(Markdown to stdout, ``results.md`` and ``results.png`` beside the JSON file).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import Sizes, Summary
+
+SYSTEMS = ("memory", "mongo", "dbos")
+LABELS = {
+    "memory": "ours, in-memory store",
+    "mongo": "ours, MongoStore",
+    "dbos": "DBOS Transact, SQLite",
+}
+X = "\N{MULTIPLICATION SIGN}"
+COLOURS = {"memory": "#4C72B0", "mongo": "#55A868", "dbos": "#C44E52"}
+
+
+@dataclass
+class Results:
+    """Everything one run of the suite measured."""
+
+    sizes: Sizes
+    mode: str  # "full" or "quick"
+    date: str
+    machine: dict[str, str]
+    server: str
+    summaries: list[Summary] = field(default_factory=list)
+    raw: list[Summary] = field(default_factory=list)  # find_one_and_update rates
+    parking_s: dict[str, float] = field(default_factory=dict)
+    profile_md: str = ""
+    runtime_s: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    def get(self, workload: str, system: str, variant: str = "") -> Summary | None:
+        for s in self.summaries:
+            if (s.workload, s.system, s.variant) == (workload, system, variant):
+                return s
+        return None
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["sizes"] = asdict(self.sizes)
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Results:
+        """The inverse of :meth:`to_json` (to render a saved run again)."""
+        fields = dict(data)
+        sizes: dict[str, Any] = {
+            k: tuple(v) if isinstance(v, list) else v for k, v in fields.pop("sizes").items()
+        }
+        summaries = [Summary(**s) for s in fields.pop("summaries")]
+        raw = [Summary(**s) for s in fields.pop("raw")]
+        return cls(sizes=Sizes(**sizes), summaries=summaries, raw=raw, **fields)
+
+
+# ---- formatting ---------------------------------------------------------------------
+
+
+def num(value: float | None, digits: int = 3) -> str:
+    """``value`` to ``digits`` significant digits, with thousands separators."""
+    if value is None or math.isnan(value) or math.isinf(value):
+        return "n/a"
+    if value == 0:
+        return "0"
+    magnitude = math.floor(math.log10(abs(value)))
+    decimals = max(0, digits - 1 - magnitude)
+    rounded = round(value, decimals)
+    if rounded and math.floor(math.log10(abs(rounded))) > magnitude:
+        decimals = max(0, decimals - 1)  # 0.99996 -> "1.00", not "1.000"
+    return f"{value:,.{decimals}f}"
+
+
+def ratio(ours: float | None, theirs: float | None) -> str:
+    if ours is None or theirs is None or theirs == 0 or math.isnan(ours) or math.isnan(theirs):
+        return "n/a"
+    return f"{ours / theirs:.2f}"
+
+
+def _k(n: int) -> str:
+    return f"{n // 1000}k" if n >= 1000 and n % 1000 == 0 else str(n)
+
+
+# ---- the table ----------------------------------------------------------------------
+
+Row = tuple[str, str, str, str, str, str, str, str]
+
+
+def ms(s: Summary | None) -> float | None:
+    return None if s is None else s.per_step_ms
+
+
+def secs(s: Summary | None) -> float | None:
+    return None if s is None else s.seconds
+
+
+def _cmds(s: Summary | None) -> str:
+    if s is None or s.commands_per_step is None:
+        return "n/a"
+    return num(s.commands_per_step)
+
+
+def w6_seconds(s: Summary) -> float:
+    return s.seconds
+
+
+def w6_capped(s: Summary) -> bool:
+    return s.extra.get("capped", 0.0) > 0
+
+
+def _rows(r: Results) -> list[Row]:
+    z = r.sizes
+    rows: list[Row] = []
+
+    def trio(workload: str, variant: str = "") -> tuple[Summary | None, ...]:
+        return tuple(r.get(workload, system, variant) for system in SYSTEMS)
+
+    # W1: latency per step.
+    mem, mongo, dbos = trio("W1")
+    rows.append(
+        (
+            f"W1: {z.w1_runs} workflows {X} {z.w1_steps} inline steps, one after another",
+            "ms per step",
+            num(mem.per_step_ms) if mem else "n/a",
+            num(mongo.per_step_ms) if mongo else "n/a",
+            num(dbos.per_step_ms) if dbos else "n/a",
+            ratio(ms(mongo), ms(dbos)),
+            ratio(ms(mem), ms(dbos)),
+            _cmds(mongo),
+        )
+    )
+    # W2: throughput.
+    mem, mongo, dbos = trio("W2")
+    rows.append(
+        (
+            f"W2: {z.w2_runs} workflows {X} {z.w2_steps} inline steps, started together",
+            "steps/s",
+            num(mem.steps_per_s) if mem else "n/a",
+            num(mongo.steps_per_s) if mongo else "n/a",
+            num(dbos.steps_per_s) if dbos else "n/a",
+            ratio(secs(mongo), secs(dbos)),
+            ratio(secs(mem), secs(dbos)),
+            _cmds(mongo),
+        )
+    )
+
+    # W3: cost growth along one run.
+    def w3(s: Summary | None) -> str:
+        if s is None:
+            return "n/a"
+        return f"{num(s.per_step_ms)} ({X}{s.extra.get('growth', float('nan')):.2f})"
+
+    mem, mongo, dbos = trio("W3")
+    rows.append(
+        (
+            f"W3: 1 workflow {X} {z.w3_steps:,} inline steps",
+            "ms per step (last tenth ÷ first tenth)",
+            w3(mem),
+            w3(mongo),
+            w3(dbos),
+            ratio(ms(mongo), ms(dbos)),
+            ratio(ms(mem), ms(dbos)),
+            _cmds(mongo),
+        )
+    )
+
+    # W4: timer overhead.
+    def over(s: Summary | None) -> float | None:
+        return None if s is None else s.extra.get("overhead_s")
+
+    def w4(s: Summary | None) -> str:
+        return "n/a" if s is None else f"{num(over(s))} ({num(s.seconds)})"
+
+    mem, mongo, dbos = trio("W4")
+    rows.append(
+        (
+            f"W4: {z.w4_runs} workflows: step, sleep {z.w4_sleep:g} s, step; started together",
+            f"s beyond the {z.w4_sleep:g} s sleep (wall s)",
+            w4(mem),
+            w4(mongo),
+            w4(dbos),
+            ratio(over(mongo), over(dbos)),
+            ratio(over(mem), over(dbos)),
+            _cmds(mongo),
+        )
+    )
+
+    # W5: dispatched steps across worker processes.
+    one = r.get("W5", "mongo", "1 worker")
+    for workers in z.w5_workers:
+        variant = f"{workers} worker" + ("s" if workers > 1 else "")
+        mem = r.get("W5", "memory", variant)
+        mongo = r.get("W5", "mongo", variant)
+        cell = "n/a"
+        if mongo is not None:
+            cell = num(mongo.steps_per_s)
+            if one is not None and workers > 1:
+                cell += f" ({X}{mongo.steps_per_s / one.steps_per_s:.2f})"
+        rows.append(
+            (
+                f"W5: {z.w5_total:,} dispatched steps ({z.w5_runs} workflows {X} "
+                f"{z.w5_steps}), {variant}",
+                "steps/s (speed-up over 1 worker)",
+                (num(mem.steps_per_s) + " (in-process)") if mem else "—",
+                cell,
+                "—",
+                "—",
+                "—",
+                _cmds(mongo),
+            )
+        )
+
+    # W6: recovery sweep over parked scheduled steps.
+    for count in z.w6_parked:
+        variant = f"{_k(count)} parked"
+        cells: list[str] = []
+        cmds = "n/a"
+        for system in ("memory", "mongo"):
+            s = r.get("W6", system, variant)
+            if s is None:
+                cells.append("n/a")
+                continue
+            per_step = s.seconds / count * 1e6
+            text = f"{num(s.seconds)} ({num(per_step)} µs)"
+            if w6_capped(s):
+                text = f"≈{text} est.†"
+            cells.append(text)
+            if system == "mongo" and s.commands_per_step is not None:
+                cmds = num(s.commands_per_step)
+        rows.append(
+            (
+                f"W6: recovery sweep over {count:,} parked scheduled steps",
+                "s per sweep (µs per step)",
+                cells[0],
+                cells[1],
+                "—",
+                "—",
+                "—",
+                cmds,
+            )
+        )
+    return rows
+
+
+def table_markdown(r: Results) -> str:
+    header = (
+        "| workload | measure | ours, in-memory | ours, MongoStore | DBOS, SQLite "
+        "| ours/DBOS, MongoStore | ours/DBOS, in-memory | MongoDB commands per step |"
+    )
+    lines = [header, "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    ran = [row for row in _rows(r) if any(c not in ("n/a", "—") for c in row[2:])]
+    lines += ["| " + " | ".join(row) + " |" for row in ran]
+    return "\n".join(lines)
+
+
+def raw_markdown(r: Results) -> str:
+    if not r.raw:
+        return ""
+    lines = [
+        "| the server alone: `find_one_and_update` ($inc, return the document) "
+        "| ops/s | ms per op |",
+        "| --- | ---: | ---: |",
+    ]
+    for s in r.raw:
+        lines.append(f"| {s.variant} | {num(s.steps_per_s)} | {num(s.per_step_ms)} |")
+    text = "\n".join(lines)
+    w1 = r.get("W1", "mongo")
+    seq = r.raw[0]
+    if w1 is not None and w1.commands_per_step:
+        floor = w1.commands_per_step * seq.per_step_ms
+        text += (
+            f"\n\nAt that sequential rate, W1's {num(w1.commands_per_step)} commands per step "
+            f"cost ≈{num(floor)} ms of server round trips; W1 measured "
+            f"{num(w1.per_step_ms)} ms per step"
+        )
+        cpu = w1.extra.get("cpu_s")
+        if cpu is not None:
+            text += (
+                f", of which {num(cpu / w1.steps * 1000)} ms was this process's CPU time "
+                "(engine, store, PyMongo, asyncio)"
+            )
+        text += "."
+    return text
+
+
+def commands_markdown(r: Results) -> str:
+    """MongoDB commands per step of each MongoStore workload, by command name."""
+    mongo = [s for s in r.summaries if s.system == "mongo" and s.commands]
+    if not mongo:
+        return ""
+    names = ["update", "findAndModify", "insert", "find", "aggregate", "getMore"]
+    lines = [
+        "| MongoStore workload | " + " | ".join(names) + " | other | all |",
+        "| --- |" + " ---: |" * (len(names) + 2),
+    ]
+    for s in mongo:
+        steps = s.steps or 1
+        cells = [num(s.commands.get(n, 0) / steps, 2) for n in names]
+        other = sum(v for n, v in s.commands.items() if n not in names) / steps
+        total = sum(s.commands.values()) / steps
+        label = s.workload + (f", {s.variant}" if s.variant else "")
+        lines.append(f"| {label} | " + " | ".join(cells) + f" | {num(other, 2)} | {num(total)} |")
+    return "\n".join(lines)
+
+
+def notes_markdown(r: Results) -> str:
+    notes = [
+        "Ratios are ours ÷ DBOS in time for the same work (W1-W3 time per step, W4 time "
+        "beyond the sleep): below 1 means ours is faster.",
+        "Commands per step: every command the MongoStore clients sent during the timed "
+        "part (pymongo command monitoring), divided by the steps done; W5 adds up the "
+        "workers' commands and the client's starts.",
+        "W3: the figure in brackets is the per-step time of the run's last tenth divided "
+        "by its first tenth (1.00: no growth along the run).",
+        "W5 runs each workflow's steps one after another and the workflows side by side; "
+        "worker processes and the server share this machine's cores.",
+    ]
+    if any(w6_capped(s) for s in r.summaries if s.workload == "W6"):
+        notes.append(
+            "† capped: that sweep did not finish within its time box, so it ran once and "
+            "was cancelled; the time shown is the box's time scaled by the share of the "
+            "parked steps it had visited (assuming the remaining pages cost what the "
+            "first ones did)."
+        )
+    notes += r.notes
+    return "\n".join(f"- {n}" for n in notes)
+
+
+def context_markdown(r: Results) -> str:
+    m = r.machine
+    mode = "full sizes" if r.mode == "full" else "quick sizes (`--quick`)"
+    return (
+        f"Run on {r.date}, {mode}, medians of {r.sizes.reps} repetitions, "
+        f"{r.runtime_s / 60:.1f} min in all.  \n"
+        f"Machine: {m['cores']} cores, {m['cpu']}, {m['memory']} memory, {m['os']}; "
+        f"Python {m['python']}, pymongo {m['pymongo']}, pikku-mongo {m['pikku-mongo']}, "
+        f"dbos {m['dbos']}.  \n"
+        f"MongoDB server: {r.server}."
+    )
+
+
+def full_markdown(r: Results) -> str:
+    parts = [
+        "# pikku-mongo benchmarks",
+        "",
+        context_markdown(r),
+        "",
+        table_markdown(r),
+        "",
+        raw_markdown(r),
+        "",
+        notes_markdown(r),
+        "",
+        "### MongoDB commands per step, by command",
+        "",
+        commands_markdown(r),
+    ]
+    if r.profile_md:
+        parts += ["", "## Where an inline step's time goes (MongoStore, W1)", "", r.profile_md]
+    return "\n".join(parts).rstrip() + "\n"
+
+
+# ---- the chart ----------------------------------------------------------------------
+
+
+def chart(r: Results, path: Path) -> None:
+    """Grouped bars per workload, one panel each, log scale where values span a lot."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 3, figsize=(16, 9.5))
+    z = r.sizes
+
+    def bars(
+        ax: Any,
+        title: str,
+        unit: str,
+        groups: list[str],
+        series: dict[str, list[float | None]],
+        hatched: dict[str, list[bool]] | None = None,
+    ) -> None:
+        present = {k: v for k, v in series.items() if any(x is not None for x in v)}
+        n = max(1, len(present))
+        width = 0.8 / n
+        values: list[float] = []
+        for i, (system, vals) in enumerate(present.items()):
+            for j, v in enumerate(vals):
+                if v is None or v <= 0:
+                    continue
+                values.append(v)
+                hatch = "//" if hatched and hatched.get(system, [False] * len(vals))[j] else ""
+                bar = ax.bar(
+                    j + (i - (n - 1) / 2) * width,
+                    v,
+                    width,
+                    color=COLOURS[system],
+                    hatch=hatch,
+                    edgecolor="black" if hatch else "white",
+                )
+                ax.bar_label(bar, labels=[num(v)], fontsize=7, padding=1)
+        ax.set_xticks(range(len(groups)), groups, fontsize=8)
+        ax.set_title(title, fontsize=10)
+        ax.set_ylabel(unit, fontsize=8)
+        if values and max(values) / min(values) > 20:
+            ax.set_yscale("log")
+            ax.set_ylim(min(values) / 3, max(values) * 3)
+        elif values:
+            ax.set_ylim(0, max(values) * 1.15)
+
+    def get(workload: str, system: str, variant: str = "") -> Summary | None:
+        return r.get(workload, system, variant)
+
+    def val(s: Summary | None, what: str) -> float | None:
+        if s is None:
+            return None
+        if what == "ms":
+            return s.per_step_ms
+        if what == "rate":
+            return s.steps_per_s
+        return s.extra.get(what)
+
+    bars(
+        axes[0][0],
+        f"W1: latency per step ({z.w1_runs} {X} {z.w1_steps} steps, sequential)",
+        "ms per step (lower is better)",
+        ["W1"],
+        {s: [val(get("W1", s), "ms")] for s in SYSTEMS},
+    )
+    bars(
+        axes[0][1],
+        f"W2: throughput ({z.w2_runs} {X} {z.w2_steps} steps, concurrent)",
+        "steps/s (higher is better)",
+        ["W2"],
+        {s: [val(get("W2", s), "rate")] for s in SYSTEMS},
+    )
+    bars(
+        axes[0][2],
+        f"W3: one run of {z.w3_steps:,} steps: per-step time along the run",
+        "ms per step (lower is better)",
+        ["first tenth", "last tenth"],
+        {s: [val(get("W3", s), "first_ms"), val(get("W3", s), "last_ms")] for s in SYSTEMS},
+    )
+    bars(
+        axes[1][0],
+        f"W4: {z.w4_runs} runs with a {z.w4_sleep:g} s sleep: time beyond the sleep",
+        "s (lower is better)",
+        ["W4"],
+        {s: [val(get("W4", s), "overhead_s")] for s in SYSTEMS},
+    )
+    variants = [f"{w} worker" + ("s" if w > 1 else "") for w in z.w5_workers]
+    bars(
+        axes[1][1],
+        f"W5: {z.w5_total:,} dispatched steps by worker processes (in-memory: in-process)",
+        "steps/s (higher is better)",
+        variants,
+        {s: [val(get("W5", s, v), "rate") for v in variants] for s in ("memory", "mongo")},
+    )
+    w6_variants = [f"{_k(n)} parked" for n in z.w6_parked]
+    w6: dict[str, list[float | None]] = {}
+    capped: dict[str, list[bool]] = {}
+    for system in ("memory", "mongo"):
+        found = [get("W6", system, v) for v in w6_variants]
+        w6[system] = [s.seconds if s else None for s in found]
+        capped[system] = [bool(s and w6_capped(s)) for s in found]
+    bars(
+        axes[1][2],
+        "W6: one recovery sweep (hatched: capped, estimated)",
+        "s per sweep (lower is better)",
+        w6_variants,
+        w6,
+        capped,
+    )
+    fig.suptitle(
+        f"pikku-mongo benchmarks, {r.date}: {r.machine['cores']} cores; "
+        f"server: {r.server.split(',')[0]}; medians of {r.sizes.reps}",
+        fontsize=11,
+    )
+    from matplotlib.patches import Patch
+
+    handles = [Patch(color=COLOURS[s], label=LABELS[s]) for s in SYSTEMS]
+    fig.legend(handles=handles, loc="upper center", ncol=3, fontsize=9, bbox_to_anchor=(0.5, 0.955))
+    fig.tight_layout(rect=(0, 0, 1, 0.92))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def save(r: Results, out_dir: Path) -> tuple[Path, Path, Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    md = out_dir / "results.md"
+    md.write_text(full_markdown(r))
+    js = out_dir / "results.json"
+    js.write_text(json.dumps(r.to_json(), indent=2, default=str))
+    png = out_dir / "results.png"
+    chart(r, png)
+    return md, js, png
+
+
+def main(argv: list[str] | None = None) -> None:
+    import sys
+
+    args = sys.argv[1:] if argv is None else argv
+    source = Path(args[0]) if args else Path(__file__).resolve().parent / "out" / "results.json"
+    results = Results.from_json(json.loads(source.read_text()))
+    (source.parent / "results.md").write_text(full_markdown(results))
+    chart(results, source.parent / "results.png")
+    print(full_markdown(results))
+
+
+if __name__ == "__main__":
+    main()

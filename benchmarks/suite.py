@@ -1,0 +1,426 @@
+"""``python -m benchmarks``: every workload on the in-memory store, on MongoStore and on
+DBOS Transact (W1-W4), medians of repetitions, as a Markdown table and a PNG chart.
+
+The MongoDB server is ``MONGODB_URI`` when set, else an nx-27017 server the suite starts
+on a free loopback port and stops at the end. Each repetition runs in a fresh engine on a
+fresh store (a new database, dropped afterwards). DBOS runs in a subprocess of its own,
+on a new SQLite file per repetition.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import importlib.util
+import json
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from benchmarks import ours
+from benchmarks.common import (
+    FULL,
+    OUT_DIR,
+    QUICK,
+    REPO_ROOT,
+    Measurement,
+    ServerInfo,
+    Sizes,
+    StoreKind,
+    Summary,
+    machine_info,
+    mongo_server,
+    server_version,
+    summarise,
+)
+from benchmarks.report import Results, full_markdown, save
+
+WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6")
+SYSTEMS = ("memory", "mongo", "dbos")
+DBOS_WORKLOADS = ("W1", "W2", "W3", "W4")
+
+
+class Progress:
+    """A tqdm bar counting repetitions (a plain counter on stderr without tqdm)."""
+
+    def __init__(self, total: int, enabled: bool) -> None:
+        self.bar: Any = None
+        if enabled:
+            from tqdm import tqdm  # type: ignore[import-untyped,unused-ignore]
+
+            self.bar = tqdm(total=total, unit="rep", file=sys.stderr, dynamic_ncols=True)
+
+    def stage(self, text: str) -> None:
+        if self.bar is not None:
+            self.bar.set_description(text)
+
+    def step(self, n: int = 1) -> None:
+        if self.bar is not None:
+            self.bar.update(n)
+
+    def write(self, text: str) -> None:
+        if self.bar is not None:
+            self.bar.write(text, file=sys.stderr)
+        else:
+            print(text, file=sys.stderr)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def plan_units(sizes: Sizes, workloads: list[str], systems: list[str]) -> int:
+    """How many repetitions the progress bar will count."""
+    reps = sizes.reps
+    units = 0
+    if "mongo" in systems:
+        units += 2 * reps + 1  # raw rates, profile
+    for w in workloads:
+        if w in ("W1", "W2", "W3", "W4"):
+            units += reps * len(systems)
+        elif w == "W5":
+            units += reps * (("memory" in systems) + ("mongo" in systems) * len(sizes.w5_workers))
+        elif w == "W6":
+            units += (
+                (1 + reps) * len(sizes.w6_parked) * (("memory" in systems) + ("mongo" in systems))
+            )
+    return units
+
+
+class Suite:
+    def __init__(
+        self,
+        sizes: Sizes,
+        workloads: list[str],
+        systems: list[str],
+        server: ServerInfo | None,
+        tmp: Path,
+        progress: Progress,
+        w6_box: float,
+        profile: bool,
+        mode: str,
+        out_dir: Path = OUT_DIR,
+    ) -> None:
+        self.z = sizes
+        self.workloads = workloads
+        self.systems = systems
+        self.server = server
+        self.tmp = tmp
+        self.progress = progress
+        self.w6_box = w6_box
+        self.profile = profile
+        self.out_dir = out_dir
+        self.results = Results(
+            sizes=sizes,
+            mode=mode,
+            date=datetime.now(UTC).strftime("%Y-%m-%d"),
+            machine=machine_info(),
+            server=server.label if server else "none (MongoStore workloads skipped)",
+        )
+
+    @property
+    def uri(self) -> str | None:
+        return self.server.uri if self.server else None
+
+    def _failed(self, what: str, exc: BaseException) -> None:
+        message = f"{what} failed: {type(exc).__name__}: {exc}"
+        self.progress.write(message)
+        self.results.notes.append(message)
+
+    async def repeat(
+        self, desc: str, fn: Callable[[], Awaitable[Measurement]]
+    ) -> list[Measurement]:
+        self.progress.stage(desc)
+        out: list[Measurement] = []
+        for _ in range(self.z.reps):
+            out.append(await fn())
+            self.progress.step()
+        return out
+
+    async def measure(
+        self,
+        workload: str,
+        system: str,
+        variant: str,
+        fn: Callable[[], Awaitable[Measurement]],
+    ) -> Summary | None:
+        desc = f"{workload} {system}" + (f" {variant}" if variant else "")
+        try:
+            reps = await self.repeat(desc, fn)
+        except Exception as exc:
+            self._failed(desc, exc)
+            return None
+        summary = summarise(workload, system, variant, reps)
+        self.results.summaries.append(summary)
+        return summary
+
+    # ---- the parts ----------------------------------------------------------------
+
+    async def raw_rates(self) -> None:
+        assert self.uri is not None
+        uri, ops = self.uri, self.z.raw_ops
+        version = await server_version(uri)
+        self.results.server += f"; the server reports MongoDB version {version}"
+        for parallel, label in ((1, "1 at a time"), (16, "16 in flight")):
+            try:
+                reps = await self.repeat(
+                    f"raw find_one_and_update ({label})",
+                    lambda p=parallel: ours.raw_find_one_and_update(uri, ops, p),  # type: ignore[misc]
+                )
+            except Exception as exc:
+                self._failed(f"raw find_one_and_update ({label})", exc)
+                continue
+            self.results.raw.append(summarise("raw", "mongo", label, reps))
+
+    async def ours_inline(self, workload: str, kind: StoreKind) -> None:
+        z, uri = self.z, self.uri if kind == "mongo" else None
+        fns: dict[str, Callable[[], Awaitable[Measurement]]] = {
+            "W1": lambda: ours.w1_sequential(kind, uri, z.w1_runs, z.w1_steps),
+            "W2": lambda: ours.w2_concurrent(kind, uri, z.w2_runs, z.w2_steps),
+            "W3": lambda: ours.w3_long_run(kind, uri, z.w3_steps),
+            "W4": lambda: ours.w4_sleepers(kind, uri, z.w4_runs, z.w4_sleep),
+        }
+        await self.measure(workload, kind, "", fns[workload])
+
+    async def dbos(self, workload: str) -> None:
+        z = self.z
+        args = {
+            "W1": ["--runs", str(z.w1_runs), "--steps", str(z.w1_steps)],
+            "W2": ["--runs", str(z.w2_runs), "--steps", str(z.w2_steps)],
+            "W3": ["--steps", str(z.w3_steps)],
+            "W4": ["--runs", str(z.w4_runs), "--sleep", str(z.w4_sleep)],
+        }[workload]
+        workdir = self.tmp / f"dbos-{workload}"
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.progress.stage(f"{workload} dbos")
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p
+        )
+        errors = workdir / "stderr.txt"
+        reps: list[Measurement] = []
+        with errors.open("wb") as err:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "benchmarks.peer_dbos",
+                "--workload",
+                workload,
+                "--reps",
+                str(z.reps),
+                "--dir",
+                str(workdir),
+                *args,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=err,
+                cwd=str(workdir),
+                env=env,
+            )
+            assert proc.stdout is not None
+            async for line in proc.stdout:
+                text = line.decode().strip()
+                if text.startswith("{"):
+                    reps.append(Measurement.from_json(json.loads(text)["measurement"]))
+                    self.progress.step()
+            code = await proc.wait()
+        if code != 0 or len(reps) < z.reps:
+            tail = errors.read_text(errors="replace")[-1500:]
+            self._failed(f"{workload} dbos", RuntimeError(f"exit {code}: {tail}"))
+            self.progress.step(z.reps - len(reps))
+        if reps:
+            self.results.summaries.append(summarise(workload, "dbos", "", reps))
+
+    async def w5(self) -> None:
+        z = self.z
+        if "memory" in self.systems:
+            await self.measure(
+                "W5", "memory", "1 worker", lambda: ours.w5_in_process(z.w5_runs, z.w5_steps)
+            )
+        if "mongo" in self.systems and self.uri is not None:
+            from benchmarks.dispatch import w5_workers
+
+            uri = self.uri
+            for workers in z.w5_workers:
+                variant = f"{workers} worker" + ("s" if workers > 1 else "")
+                await self.measure(
+                    "W5",
+                    "mongo",
+                    variant,
+                    lambda n=workers: w5_workers(uri, n, z.w5_runs, z.w5_steps),  # type: ignore[misc]
+                )
+
+    async def w6(self) -> None:
+        both: tuple[StoreKind, ...] = ("memory", "mongo")
+        kinds = [k for k in both if k in self.systems]
+        for kind in kinds:
+            uri = self.uri if kind == "mongo" else None
+            if kind == "mongo" and uri is None:
+                continue
+            for count in self.z.w6_parked:
+                variant = f"{count // 1000}k parked" if count % 1000 == 0 else f"{count} parked"
+                self.progress.stage(f"W6 {kind} {variant}")
+                try:
+                    reps, parking = await ours.w6_sweeps(
+                        kind, uri, count, self.z.reps, self.w6_box, self.progress.step
+                    )
+                except Exception as exc:
+                    self._failed(f"W6 {kind} {variant}", exc)
+                    continue
+                self.progress.step(self.z.reps - len(reps))  # a capped size ran once
+                capped = any(m.extra.get("capped") for m in reps)
+                note = "capped" if capped else ""
+                self.results.summaries.append(summarise("W6", kind, variant, reps, note))
+                self.results.parking_s[f"{kind} {variant}"] = parking
+
+    async def profile_w1(self) -> None:
+        from benchmarks.profile_w1 import profile_w1, summary_markdown
+
+        assert self.uri is not None
+        self.progress.stage("profile W1 mongo")
+        try:
+            prof = await profile_w1(self.uri, self.z.profile_runs, self.z.w1_steps)
+        except Exception as exc:
+            self._failed("profile of W1", exc)
+            return
+        finally:
+            self.progress.step()
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        (self.out_dir / "profile_w1.txt").write_text(prof.text)
+        w1 = self.results.get("W1", "mongo")
+        self.results.profile_md = summary_markdown(prof, w1.per_step_ms if w1 else None)
+
+    async def run(self) -> Results:
+        began = time.perf_counter()
+        mongo = "mongo" in self.systems and self.uri is not None
+        if mongo:
+            await self.raw_rates()
+        for workload in self.workloads:
+            if workload in ("W1", "W2", "W3", "W4"):
+                if "memory" in self.systems:
+                    await self.ours_inline(workload, "memory")
+                if mongo:
+                    await self.ours_inline(workload, "mongo")
+                if "dbos" in self.systems:
+                    await self.dbos(workload)
+                if workload == "W1" and mongo and self.profile:
+                    await self.profile_w1()
+            elif workload == "W5":
+                await self.w5()
+            elif workload == "W6":
+                await self.w6()
+        self.results.runtime_s = time.perf_counter() - began
+        return self.results
+
+
+@contextlib.contextmanager
+def maybe_server(needed: bool, tmp: Path) -> Iterator[ServerInfo | None]:
+    if not needed:
+        yield None
+        return
+    with mongo_server(tmp) as server:
+        yield server
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--quick", action="store_true", help="small sizes (a few minutes)")
+    parser.add_argument("--reps", type=int, help="repetitions per measurement (default 3)")
+    parser.add_argument(
+        "--only", help=f"comma-separated workloads to run (default all: {','.join(WORKLOADS)})"
+    )
+    parser.add_argument(
+        "--systems", help=f"comma-separated systems (default all: {','.join(SYSTEMS)})"
+    )
+    parser.add_argument(
+        "--w6-box",
+        type=float,
+        default=25.0,
+        help="seconds a W6 sweep may take before it is capped and estimated (default 25)",
+    )
+    parser.add_argument("--no-profile", action="store_true", help="skip the cProfile of W1")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--publish", action="store_true", help="also copy the chart to docs/benchmarks.png"
+    )
+    parser.add_argument("--out", type=Path, default=OUT_DIR, help="output directory")
+    return parser.parse_args(argv)
+
+
+def _pick(text: str | None, allowed: tuple[str, ...], what: str) -> list[str]:
+    if not text:
+        return list(allowed)
+    picked = [t.strip() for t in text.split(",") if t.strip()]
+    unknown = [t for t in picked if t not in allowed]
+    if unknown:
+        raise SystemExit(f"unknown {what}: {', '.join(unknown)} (known: {', '.join(allowed)})")
+    return [t for t in allowed if t in picked]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    sizes = QUICK if args.quick else FULL
+    if args.reps:
+        sizes = replace(sizes, reps=max(1, args.reps))
+    workloads = _pick(args.only, WORKLOADS, "workloads")
+    systems = _pick(args.systems, SYSTEMS, "systems")
+    missing = [m for m in ("matplotlib", "tqdm") if importlib.util.find_spec(m) is None]
+    if missing:
+        print(
+            f"missing {', '.join(missing)}: pip install -e '.[bench]'",
+            file=sys.stderr,
+        )
+        return 2
+    if (
+        "mongo" in systems
+        and not os.environ.get("MONGODB_URI")
+        and importlib.util.find_spec("nx_27017") is None
+    ):
+        print(
+            "no MongoDB server: set MONGODB_URI, or pip install nx-27017 (in the bench "
+            "extra) for the suite to start one; or run --systems memory,dbos",
+            file=sys.stderr,
+        )
+        return 2
+    if "dbos" in systems and importlib.util.find_spec("dbos") is None:
+        print("dbos is not installed (pip install -e '.[bench]'): skipping DBOS", file=sys.stderr)
+        systems.remove("dbos")
+    progress = Progress(plan_units(sizes, workloads, systems), enabled=not args.no_progress)
+    try:
+        with tempfile.TemporaryDirectory(prefix="pikku-bench-") as tmp:
+            with maybe_server("mongo" in systems, Path(tmp)) as server:
+                suite = Suite(
+                    sizes,
+                    workloads,
+                    systems,
+                    server,
+                    Path(tmp),
+                    progress,
+                    args.w6_box,
+                    profile=not args.no_profile,
+                    mode="quick" if args.quick else "full",
+                    out_dir=args.out,
+                )
+                results = asyncio.run(suite.run())
+    finally:
+        progress.close()
+    md, js, png = save(results, args.out)
+    print(full_markdown(results))
+    print(f"Written: {md}, {js}, {png}", file=sys.stderr)
+    if args.publish:
+        docs = REPO_ROOT / "docs"
+        docs.mkdir(exist_ok=True)
+        shutil.copyfile(png, docs / "benchmarks.png")
+        print(f"Copied the chart to {docs / 'benchmarks.png'}", file=sys.stderr)
+    return 0
