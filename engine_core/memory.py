@@ -7,8 +7,8 @@ with the store.
 
 from __future__ import annotations
 
+import bisect
 import copy as _copy_module
-import heapq
 from collections.abc import Iterable, Sequence
 from dataclasses import fields, replace
 from datetime import datetime, timedelta
@@ -60,6 +60,9 @@ class InMemoryStore:
         self._steps: dict[tuple[str, str], StepRecord] = {}
         self._events: list[EventRecord] = []
         self._leases: dict[str, Lease] = {}
+        # The scheduled steps in scan order, kept until a step changes: a sweep that
+        # pages through N parked steps sorts them once, not once a page.
+        self._scheduled: list[tuple[datetime, str, str]] | None = None
 
     async def init(self) -> None:
         return None
@@ -220,6 +223,7 @@ class InMemoryStore:
         for run_id in doomed:
             del self._runs[run_id]
         self._steps = {k: s for k, s in self._steps.items() if k[0] not in gone}
+        self._scheduled = None
         self._events = [e for e in self._events if e.run_id not in gone]
         return len(doomed)
 
@@ -236,6 +240,7 @@ class InMemoryStore:
         if (step.run_id, step.key) in self._steps:
             return False
         self._steps[(step.run_id, step.key)] = _clone(step)
+        self._scheduled = None
         return True
 
     async def update_step(
@@ -251,6 +256,7 @@ class InMemoryStore:
         if unknown:
             raise ValueError(f"unknown step fields {sorted(unknown)}")
         step = self._steps.get((run_id, key))
+        self._scheduled = None
         if step is None:
             if not guard.missing_ok:
                 return False
@@ -302,6 +308,7 @@ class InMemoryStore:
         if not due:
             return None
         step = min(due, key=_step_order)
+        self._scheduled = None
         step.status = "running"
         step.attempts += 1
         step.claim_holder = holder
@@ -331,16 +338,17 @@ class InMemoryStore:
     async def find_scheduled_steps(
         self, limit: int, after: StepPage | None = None
     ) -> list[StepRecord]:
-        mark = (after.due_at, after.run_id, after.key) if after is not None else None
-        due = (
-            s
-            for s in self._steps.values()
-            if s.status == "scheduled"
-            and s.due_at is not None
-            and (mark is None or _step_order(s) > mark)
-        )
-        # O(N log limit) a page, not a sort of every scheduled step.
-        return [_clone(s) for s in heapq.nsmallest(limit, due, key=_step_order)]
+        if self._scheduled is None:
+            self._scheduled = sorted(
+                _step_order(s)
+                for s in self._steps.values()
+                if s.status == "scheduled" and s.due_at is not None
+            )
+        start = 0
+        if after is not None:
+            start = bisect.bisect_right(self._scheduled, (after.due_at, after.run_id, after.key))
+        page = self._scheduled[start : start + limit]
+        return [_clone(self._steps[(run_id, key)]) for _, run_id, key in page]
 
     # ---- events -----------------------------------------------------------------
 
