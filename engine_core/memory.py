@@ -296,14 +296,9 @@ class InMemoryStore:
             if s.kind == "dispatch"
             and not s.halted
             and s.function in wanted
-            and (
-                (s.status == "scheduled" and s.due_at is not None and s.due_at <= now)
-                or (
-                    s.status == "running"
-                    and s.claim_expires_at is not None
-                    and s.claim_expires_at < now
-                )
-            )
+            and s.status == "scheduled"
+            and s.due_at is not None
+            and s.due_at <= now
         ]
         if not due:
             return None
@@ -315,6 +310,26 @@ class InMemoryStore:
         step.claim_expires_at = now + timedelta(seconds=claim_ttl)
         step.updated_at = now
         return _clone(step)
+
+    async def requeue_lapsed_claims(self) -> int:
+        now = utcnow()
+        lapsed = [
+            s
+            for s in self._steps.values()
+            if s.kind == "dispatch"
+            and s.status == "running"
+            and s.claim_expires_at is not None
+            and s.claim_expires_at < now
+        ]
+        for step in lapsed:
+            step.status = "scheduled"
+            step.due_at = now
+            step.claim_holder = None
+            step.claim_expires_at = None
+            step.updated_at = now
+        if lapsed:
+            self._scheduled = None
+        return len(lapsed)
 
     async def extend_claim(
         self, run_id: str, key: str, *, holder: str, attempt: int, claim_ttl: float

@@ -142,6 +142,7 @@ class WorkflowRecovery:
         try:
             await self._sweep_scheduled(report, startup)
             await self._sweep_unnotified(report)
+            await self._sweep_lapsed_claims(report)
             await self._sweep_in_flight(report)
             await self._sweep_stalled(report)
         finally:
@@ -231,6 +232,14 @@ class WorkflowRecovery:
         for step in await engine.store.find_unnotified_steps(before, RUN_BATCH):
             await engine.notify_run(step.run_id, step.key)
             report.note("resumed", step.run_id)
+
+    async def _sweep_lapsed_claims(self, report: RecoveryReport) -> None:
+        # A worker that died (or hung) holding a claim: its step goes back on the queue
+        # and its next claim is a new, counted attempt.
+        requeued = await self.engine.store.requeue_lapsed_claims()
+        if requeued:
+            report.redispatched += requeued
+            self.engine._work_arrived()
 
     async def _sweep_in_flight(self, report: RecoveryReport) -> None:
         # A pass marks each step it starts on its run and clears the marks when it

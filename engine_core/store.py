@@ -169,11 +169,16 @@ class Store(Protocol):
     ) -> StepRecord | None:
         """Claim the queue job due first among dispatched steps of these functions.
 
-        Eligible: not halted and either ``scheduled`` with ``due_at`` reached, or
-        ``running`` under a claim that lapsed. The claim sets ``running``, adds one to
+        Eligible: not halted, ``scheduled``, ``due_at`` reached. (A claim that lapsed is
+        put back by :meth:`requeue_lapsed_claims`.) The claim sets ``running``, adds one to
         ``attempts`` and sets the claim holder and expiry, atomically: of any number of
         concurrent claimers exactly one gets each job attempt. Returns the step after
         the claim, or None when nothing is due."""
+
+    async def requeue_lapsed_claims(self) -> int:
+        """Put every dispatched step that is ``running`` under a claim that has lapsed
+        back on the queue (``scheduled``, due now, no holder); its next claim is a new
+        attempt. Returns how many were put back."""
 
     async def extend_claim(
         self, run_id: str, key: str, *, holder: str, attempt: int, claim_ttl: float

@@ -92,14 +92,22 @@ def upsert_is_exact(guard: StepGuard, changes: dict[str, Any]) -> bool:
 
 def claim_filter(functions: Sequence[str], now: datetime) -> Doc:
     now_us = to_us(now)
+    # No $or (lapsed claims are put back by requeue_lapsed_claims): nx-27017 runs an
+    # $or claim about five times slower.
     return {
+        "status": "scheduled",
+        "due_at": {"$gte": MIN_TIME, "$lte": now_us},
         "kind": "dispatch",
         "halted": False,
         "function": {"$in": [pack(f) for f in check_strs(functions, "step function")]},
-        "$or": [
-            {"status": "scheduled", "due_at": {"$gte": MIN_TIME, "$lte": now_us}},
-            {"status": "running", "claim_expires_at": {"$gte": MIN_TIME, "$lt": now_us}},
-        ],
+    }
+
+
+def lapsed_claims_filter(now: datetime) -> Doc:
+    return {
+        "status": "running",
+        "kind": "dispatch",
+        "claim_expires_at": {"$gte": MIN_TIME, "$lt": to_us(now)},
     }
 
 

@@ -76,6 +76,7 @@ from pikku_mongo.filters import (
     check_changes,
     claim_filter,
     guard_filter,
+    lapsed_claims_filter,
     scheduled_match,
     step_id,
     step_update,
@@ -517,6 +518,24 @@ class MongoStore:
             return_document=_AFTER,
         )
         return step_from_doc(doc) if doc is not None else None
+
+    @transient_retry
+    async def requeue_lapsed_claims(self) -> int:
+        """1 update_many, guarded by the lapsed claim (safe to repeat)."""
+        now = utcnow()
+        result = await self.steps.update_many(
+            lapsed_claims_filter(now),
+            {
+                "$set": {
+                    "status": "scheduled",
+                    "due_at": to_us(now),
+                    "claim_holder": None,
+                    "claim_expires_at": None,
+                    "updated_at": to_us(now),
+                }
+            },
+        )
+        return int(result.modified_count)
 
     @transient_retry
     async def extend_claim(

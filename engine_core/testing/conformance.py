@@ -409,7 +409,10 @@ class StoreConformance:
         first = await store.claim_step(["fn"], holder="dead", claim_ttl=0.05)
         assert first is not None and first.attempts == 1
         assert await store.claim_step(["fn"], holder="live", claim_ttl=30) is None
+        assert await store.requeue_lapsed_claims() == 0  # still live
         await asyncio.sleep(0.1)
+        assert await store.requeue_lapsed_claims() == 1
+        assert await store.requeue_lapsed_claims() == 0
         second = await store.claim_step(["fn"], holder="live", claim_ttl=30)
         assert second is not None and second.attempts == 2 and second.claim_holder == "live"
         # The dead worker's outcome is fenced out.
