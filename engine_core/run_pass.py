@@ -530,13 +530,6 @@ class RunPass:
         if await self.store.insert_step(step):
             await mirror_step(self.engine.mirror, step)
         self.steps[step.key] = step
-        if step.kind == "dispatch":
-            # A cancel or suspend that landed between our start and our insert halted
-            # the run's jobs before ours existed: look again, and halt it ourselves.
-            latest = await self.store.get_run(self.run.run_id)
-            if latest is None or latest.status != self.status or latest.token != self.run.token:
-                await self.store.halt_steps(self.run.run_id, True)
-                raise _Stopped()
 
     async def dispatch_step(
         self,

@@ -121,6 +121,29 @@ class Worker:
             }
             await self._record(job, guard, attempt - 1, "failed", error=error)
             return
+        # The claim cannot see the run: a job inserted while a cancel or suspend was on
+        # its way may be claimable for a moment. Whatever started after a stop returned
+        # reads it here; the job goes back on the queue, halted, costing no attempt.
+        run = await engine.store.get_run(job.run_id)
+        if run is None or run.status != "running":
+            await engine.store.update_step(
+                job.run_id,
+                job.key,
+                guard=guard,
+                changes={
+                    "status": "scheduled",
+                    "attempts": attempt - 1,
+                    "halted": True,
+                    "claim_holder": None,
+                    "claim_expires_at": None,
+                },
+            )
+            # A resume that came meanwhile may have unhalted before our write landed.
+            latest = await engine.store.get_run(job.run_id)
+            if latest is not None and latest.status == "running":
+                await engine.store.halt_steps(job.run_id, False)
+                engine._work_arrived()
+            return
         function = engine._step_functions[job.function or ""]
         info = StepInfo(job.run_id, job.key, attempt, idempotency_key(job.run_id, job.key))
         keeper = asyncio.ensure_future(self._keep_claim(job, attempt))
