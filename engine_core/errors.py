@@ -62,7 +62,3 @@ class InvalidRunIdError(EngineError, ValueError):
 
 class InvalidNameError(EngineError, ValueError):
     """A step, event or workflow name is not a usable string."""
-
-
-class LeaseLostError(EngineError):
-    """This process no longer holds the lease it was working under."""
