@@ -4,11 +4,9 @@ the test server and the machine description."""
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 import platform
 import statistics
-import sys
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
@@ -302,15 +300,10 @@ def register_dispatch(engine: Engine, *, steps_function: bool) -> None:
 
 
 def _test_servers() -> ModuleType:
-    """``scripts/test_servers.py`` (not a package: loaded from its path)."""
-    path = REPO_ROOT / "scripts" / "test_servers.py"
-    spec = importlib.util.spec_from_file_location("pikku_test_servers", path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot load {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    """The test servers' support module (imported here: the suite runs without pytest)."""
+    from tests.support import servers
+
+    return servers
 
 
 @dataclass

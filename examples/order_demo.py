@@ -125,8 +125,7 @@ def main() -> None:
     if uri:
         asyncio.run(orchestrate(uri))
         return
-    sys.path.insert(0, str(ROOT / "scripts"))
-    import test_servers
+    from tests.support import servers as test_servers
 
     with tempfile.TemporaryDirectory() as tmp:
         server = test_servers.start_nx(Path(tmp))

@@ -8,21 +8,16 @@ conformance and race tests also run on a mongoeco wire server (Python 3.13 venv)
 from __future__ import annotations
 
 import os
-import sys
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
-
-import test_servers
-
 from engine_core import Engine
 from engine_core.memory import InMemoryStore
 from engine_core.store import Store
+from tests.support import servers as test_servers
 
 
 def with_database(uri: str, database: str) -> str:

@@ -41,9 +41,8 @@ from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import DuplicateKeyError, PyMongoError
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "scripts"))
 
-import test_servers  # noqa: E402
+from tests.support import servers as test_servers  # noqa: E402
 
 Doc = dict[str, Any]
 UTC = dt.UTC

@@ -3,9 +3,9 @@
 mongoeco (PyPI, needs CPython >= 3.13) ships no console script for its wire
 server: the server is the class ``mongoeco.wire.proxy.AsyncMongoEcoProxyServer``.
 This launcher wraps it so it can run as a subprocess. It is executed with the
-interpreter of the mongoeco venv (see ``scripts/test_servers.py``):
+interpreter of the mongoeco venv (see ``tests/support/servers.py``):
 
-    .cache/mongoeco-venv/bin/python scripts/mongoeco_server.py --port 27018
+    .cache/mongoeco-venv/bin/python tests/support/mongoeco_server.py --port 27018
 
 Once listening it prints ``READY mongodb://HOST:PORT/?directConnection=true``
 on stdout. SIGTERM / SIGINT close the server cleanly. Only stdlib + mongoeco.

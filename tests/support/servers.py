@@ -10,11 +10,11 @@ There is no real MongoDB here; two wire-compatible servers from PyPI stand in:
 * **mongoeco** (in-memory engine). Needs CPython >= 3.13, so it lives in its
   own venv at ``.cache/mongoeco-venv`` (created on demand by
   :func:`ensure_mongoeco_env`) and is started through
-  ``scripts/mongoeco_server.py``.
+  ``tests/support/mongoeco_server.py``.
 
 Library use::
 
-    from test_servers import start_nx, start_mongoeco
+    from tests.support.servers import start_nx, start_mongoeco
     srv = start_nx(tmp_path)          # ready: a ping succeeded
     client = AsyncMongoClient(srv.uri)
     ...
@@ -22,9 +22,9 @@ Library use::
 
 CLI (stays up until Ctrl-C)::
 
-    python scripts/test_servers.py nx [--port N] [--data-dir DIR]
-    python scripts/test_servers.py mongoeco [--port N] [--engine memory|sqlite]
-    python scripts/test_servers.py setup-mongoeco   # only build the venv
+    python -m tests.support.servers nx [--port N] [--data-dir DIR]
+    python -m tests.support.servers mongoeco [--port N] [--engine memory|sqlite]
+    python -m tests.support.servers setup-mongoeco   # only build the venv
 
 Environment overrides: ``PIKKU_PYTHON313`` (interpreter >= 3.13 for the
 mongoeco venv), ``PIKKU_MONGOECO_VENV`` (venv location).
@@ -71,7 +71,7 @@ __all__ = [
 MONGOECO_VERSION = "4.11.0"
 MONGOECO_REQUIREMENT = f"mongoeco[wire]=={MONGOECO_VERSION}"
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 MONGOECO_LAUNCHER = Path(__file__).resolve().with_name("mongoeco_server.py")
 DEFAULT_START_TIMEOUT = 30.0
 _HOST = "127.0.0.1"

@@ -1,0 +1,1 @@
+"""Test support: the MongoDB-wire test servers (:mod:`tests.support.servers`)."""
