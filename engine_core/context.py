@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from engine_core.durations import Duration
-
-if TYPE_CHECKING:
-    from engine_core.run_pass import RunPass
 
 
 @dataclass(frozen=True)
@@ -31,19 +28,69 @@ def current_step() -> StepInfo | None:
     return _current_step.get()
 
 
+def enter_step(info: StepInfo) -> Token[StepInfo | None]:
+    """Make ``info`` the current step (until :func:`leave_step` with the token)."""
+    return _current_step.set(info)
+
+
+def leave_step(token: Token[StepInfo | None]) -> None:
+    _current_step.reset(token)
+
+
+class StepRunner(Protocol):
+    """What a :class:`WorkflowContext` hands its calls to: the pass replaying the body."""
+
+    @property
+    def run_id(self) -> str: ...
+
+    @property
+    def workflow(self) -> str: ...
+
+    async def inline_step(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        *,
+        retries: int,
+        retry_delay: Duration,
+        compensate: Callable[[Any], Any] | None,
+        timeout: Duration | None,
+    ) -> Any: ...
+
+    async def dispatch_step(
+        self,
+        name: str,
+        function: str,
+        payload: Any,
+        *,
+        retries: int,
+        retry_delay: Duration,
+        timeout: Duration | None,
+    ) -> Any: ...
+
+    async def sleep_step(self, name: str, duration: Duration) -> None: ...
+
+    async def event_step(self, name: str, timeout: Duration | None) -> Any: ...
+
+    async def child_step(self, name: str, workflow: str, input: Any) -> Any: ...
+
+
 class WorkflowContext:
     """Handed to a workflow body; every call on it is checkpointed."""
 
-    def __init__(self, run_pass: RunPass) -> None:
-        self._pass = run_pass
+    def __init__(self, runner: StepRunner) -> None:
+        self._pass = runner
 
     @property
     def run_id(self) -> str:
-        return self._pass.run.run_id
+        """The id of the run this body belongs to."""
+        return self._pass.run_id
 
     @property
     def workflow(self) -> str:
-        return self._pass.run.workflow
+        """The name of the workflow being run."""
+        return self._pass.workflow
 
     async def step(
         self,

@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar, cast
 
 from engine_core.records import (
+    ACTIVE,
     TERMINAL,
     AttemptEntry,
     EventRecord,
@@ -170,9 +171,7 @@ class InMemoryStore:
             (
                 r
                 for r in self._runs.values()
-                if r.pending_pass
-                and r.workflow in wanted
-                and r.status in ("running", "compensating")
+                if r.pending_pass and r.workflow in wanted and r.status in ACTIVE
             ),
             key=lambda r: (r.updated_at, r.run_id),
         )
@@ -185,7 +184,7 @@ class InMemoryStore:
             (
                 r
                 for r in self._runs.values()
-                if r.status in ("running", "compensating")
+                if r.status in ACTIVE
                 and r.updated_at < before
                 and (r.open_pass or not in_flight_only)
             ),
@@ -379,11 +378,6 @@ class InMemoryStore:
                 event.consumed_by = consumer
                 return _clone(event)
         return None
-
-    async def has_event(self, run_id: str, name: str) -> bool:
-        return any(
-            e.run_id == run_id and e.name == name and e.consumed_by is None for e in self._events
-        )
 
     # ---- leases -----------------------------------------------------------------
 

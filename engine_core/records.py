@@ -19,10 +19,16 @@ RunState = Literal[
 StepState = Literal["pending", "running", "scheduled", "succeeded", "failed"]
 StepKind = Literal["inline", "dispatch", "sleep", "event", "child", "compensation"]
 
+#: A run in one of these states is owed passes: its body still has work to do.
+ACTIVE: tuple[RunState, ...] = ("running", "compensating")
+#: A run in one of these states never moves again.
 TERMINAL: frozenset[str] = frozenset(
     {"completed", "failed", "cancelled", "compensated", "compensation_failed"}
 )
+#: The endings ``engine.result`` reports as :class:`~engine_core.WorkflowRunFailedError`.
 FAILED_ENDINGS: frozenset[str] = frozenset({"failed", "compensated", "compensation_failed"})
+#: Run states a cancel or a suspend may act on.
+STOPPABLE: tuple[RunState, ...] = ("running", "suspended")
 
 
 def utcnow() -> datetime:

@@ -10,17 +10,17 @@ with its process) is judged here by the clock.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING
 
-from engine_core.records import TERMINAL, Lease, RunRecord, StepPage, StepRecord, utcnow
-
-if TYPE_CHECKING:
-    from engine_core.engine import Engine
+from engine_core.control import RunControl
+from engine_core.leases import holding
+from engine_core.records import TERMINAL, RunRecord, StepPage, StepRecord, utcnow
+from engine_core.runtime import Runtime
+from engine_core.store import Store
+from engine_core.tasks import cancel_and_wait
 
 log = logging.getLogger("engine_core.recovery")
 
@@ -97,10 +97,13 @@ class RedispatchBackoff:
 
 
 class WorkflowRecovery:
-    """Every way an engine brings back work a dead process left behind."""
+    """Every way an engine brings back work a dead process left behind (made by the
+    ``Engine``: ``async with engine`` runs it, ``engine.recover()`` runs one pass)."""
 
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
+    def __init__(self, store: Store, runtime: Runtime, control: RunControl) -> None:
+        self.store = store
+        self.runtime = runtime
+        self.control = control
         self.backoff = RedispatchBackoff()
         self._task: asyncio.Task[None] | None = None
 
@@ -108,10 +111,7 @@ class WorkflowRecovery:
         self._task = asyncio.ensure_future(self._loop())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_and_wait(self._task)
 
     async def _loop(self) -> None:
         startup = True
@@ -123,7 +123,7 @@ class WorkflowRecovery:
                 raise
             except Exception:
                 log.exception("workflow recovery pass failed")
-            await asyncio.sleep(self.engine.recovery_interval)
+            await asyncio.sleep(self.runtime.config.recovery_interval)
 
     async def recover(self, *, startup: bool = False) -> RecoveryReport:
         """One pass over every sweep, if this instance gets the recovery lease.
@@ -131,34 +131,21 @@ class WorkflowRecovery:
         ``startup`` is a process that has armed nothing yet: sleeps not yet due get a
         timer here for what remains of them, and overdue ones wake without grace.
         """
-        engine = self.engine
-        lease = await engine.store.acquire_lease(
-            RECOVERY_LEASE, engine.instance_id, engine.lease_ttl
-        )
-        if lease is None:
-            return RecoveryReport(skipped=True)
-        keeper = asyncio.ensure_future(self._keep(lease))
+        runtime = self.runtime
         report = RecoveryReport()
-        try:
+        async with holding(
+            self.store, RECOVERY_LEASE, runtime.instance_id, runtime.config.lease_ttl
+        ) as held:
+            if held is None:
+                return RecoveryReport(skipped=True)
             await self._sweep_scheduled(report, startup)
             await self._sweep_unnotified(report)
             await self._sweep_lapsed_claims(report)
             await self._sweep_in_flight(report)
             await self._sweep_stalled(report)
-        finally:
-            keeper.cancel()
-            await engine.store.release_lease(lease)
         if report.total:
             log.info("workflow recovery: %s", report.summary())
         return report
-
-    async def _keep(self, lease: Lease) -> None:
-        while True:
-            await asyncio.sleep(self.engine.lease_ttl / 3)
-            renewed = await self.engine.store.refresh_lease(lease, self.engine.lease_ttl)
-            if renewed is None:
-                return
-            lease = renewed
 
     async def _drive_unless_owned(self, run_id: str) -> bool:
         """Give the run a pass unless a live instance owns it; report whether we did."""
@@ -166,12 +153,12 @@ class WorkflowRecovery:
         if not self.backoff.eligible(run_id, now):
             return False
         self.backoff.note(run_id, now)
-        if not self.engine.serving:
+        if not self.runtime.serving:
             # A client runs no steps: it leaves the pass owed for the fleet's workers.
-            await self.engine.store.request_pass(run_id)
+            await self.store.request_pass(run_id)
             return True
         try:
-            driven = await self.engine.drive(run_id)
+            driven = await self.runtime.drive(run_id)
         except Exception:
             log.exception("recovery could not give run %s a pass", run_id)
             return False
@@ -183,7 +170,7 @@ class WorkflowRecovery:
     async def _sweep_scheduled(self, report: RecoveryReport, startup: bool) -> None:
         after: StepPage | None = None
         while True:
-            page = await self.engine.store.find_scheduled_steps(PAGE_SIZE, after)
+            page = await self.store.find_scheduled_steps(PAGE_SIZE, after)
             for step in page:
                 try:
                     await self._recover_scheduled(step, report, startup)
@@ -199,18 +186,18 @@ class WorkflowRecovery:
     async def _recover_scheduled(
         self, step: StepRecord, report: RecoveryReport, startup: bool
     ) -> None:
-        engine = self.engine
+        runtime = self.runtime
         assert step.due_at is not None
         now = utcnow()
         if step.kind == "dispatch":
             # The job is in the store's queue and cannot be lost; one nobody claimed
             # for ``undispatched_after`` is announced to this process's worker again.
-            if step.due_at < now - timedelta(seconds=engine.undispatched_after):
-                engine._work_arrived()
+            if step.due_at < now - timedelta(seconds=runtime.config.undispatched_after):
+                runtime.work_arrived()
             return
         if step.kind == "child":
             assert step.child_run_id is not None
-            child = await engine.store.get_run(step.child_run_id)
+            child = await self.store.get_run(step.child_run_id)
             if (child is None or child.status in TERMINAL) and await self._drive_unless_owned(
                 step.run_id
             ):
@@ -218,8 +205,8 @@ class WorkflowRecovery:
             return
         remaining = (step.due_at - now).total_seconds()
         if remaining > 0:
-            if startup and engine.serving:
-                engine._arm_timer(step.run_id, step.due_at)
+            if startup and runtime.serving:
+                runtime.arm_timer(step.run_id, step.due_at)
                 report.note("rearmed", step.run_id)
             return
         if (startup or remaining <= -WAKE_GRACE_S) and await self._drive_unless_owned(step.run_id):
@@ -227,35 +214,33 @@ class WorkflowRecovery:
 
     async def _sweep_unnotified(self, report: RecoveryReport) -> None:
         # A worker or a child run settled a step and died before telling its run.
-        engine = self.engine
-        before = utcnow() - timedelta(seconds=engine.lease_ttl)
-        for step in await engine.store.find_unnotified_steps(before, RUN_BATCH):
-            await engine.notify_run(step.run_id, step.key)
+        before = utcnow() - timedelta(seconds=self.runtime.config.lease_ttl)
+        for step in await self.store.find_unnotified_steps(before, RUN_BATCH):
+            await self.control.notify_run(step.run_id, step.key)
             report.note("resumed", step.run_id)
 
     async def _sweep_lapsed_claims(self, report: RecoveryReport) -> None:
         # A worker that died (or hung) holding a claim: its step goes back on the queue
         # and its next claim is a new, counted attempt.
-        requeued = await self.engine.store.requeue_lapsed_claims()
+        requeued = await self.store.requeue_lapsed_claims()
         if requeued:
             report.redispatched += requeued
-            self.engine._work_arrived()
+            self.runtime.work_arrived()
 
     async def _sweep_in_flight(self, report: RecoveryReport) -> None:
         # A pass marks each step it starts on its run and clears the marks when it
         # ends, renewing its lease meanwhile; marks older than a lease are a pass that
         # died (a lost inline step, or a dispatch recorded on the run but never queued).
-        engine = self.engine
-        before = utcnow() - timedelta(seconds=min(engine.lease_ttl, engine.undispatched_after))
-        for run in await engine.store.find_idle_runs(before, RUN_BATCH, in_flight_only=True):
+        config = self.runtime.config
+        before = utcnow() - timedelta(seconds=min(config.lease_ttl, config.undispatched_after))
+        for run in await self.store.find_idle_runs(before, RUN_BATCH, in_flight_only=True):
             if await self._drive_unless_owned(run.run_id):
                 report.note("redispatched" if _lost_arm(run) else "resumed", run.run_id)
 
     async def _sweep_stalled(self, report: RecoveryReport) -> None:
-        engine = self.engine
-        before = utcnow() - timedelta(seconds=engine.stalled_after)
-        for run in await engine.store.find_idle_runs(before, RUN_BATCH):
-            steps = await engine.store.load_steps(run.run_id)
+        before = utcnow() - timedelta(seconds=self.runtime.config.stalled_after)
+        for run in await self.store.find_idle_runs(before, RUN_BATCH):
+            steps = await self.store.load_steps(run.run_id)
             if any(s.status == "scheduled" or s.status == "running" for s in steps):
                 continue  # parked on purpose; the scheduled sweep and the queue own it
             if await self._drive_unless_owned(run.run_id):

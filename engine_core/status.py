@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from engine_core.records import RunRecord, StepRecord
+from engine_core.records import ACTIVE, RunRecord, StepRecord
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ def fold_status(run: RunRecord, steps: list[StepRecord]) -> RunStatus:
     folded: dict[str, StepStatus] = {}
     for step in sorted(steps, key=_first_seen):
         folded[step.key] = StepStatus(step.status, step.attempts, step.result, step.error)
-    if run.status in ("running", "compensating"):
+    if run.status in ACTIVE:
         # An inline attempt in progress lives on the run until its outcome lands.
         for key, inflight in run.inflight.items():
             known = folded.get(key)
@@ -85,7 +85,7 @@ def timeline(run: RunRecord, steps: list[StepRecord]) -> list[TimelineEntry]:
             if item.started_at is not None:
                 entries.append(TimelineEntry(step.key, item.attempt, "running", item.started_at))
             entries.append(TimelineEntry(step.key, item.attempt, item.status, item.at, item.error))
-    if run.status in ("running", "compensating"):
+    if run.status in ACTIVE:
         for key, inflight in run.inflight.items():
             known = next((s for s in steps if s.key == key), None)
             if inflight.attempt > (known.attempts if known else 0):

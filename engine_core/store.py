@@ -205,9 +205,6 @@ class Store(Protocol):
         that name, marked consumed by ``consumer`` (atomically; two consumers never
         take one event). None when there is none."""
 
-    async def has_event(self, run_id: str, name: str) -> bool:
-        """Whether an unconsumed event of that name waits for the run."""
-
     # ---- leases -----------------------------------------------------------------
 
     async def acquire_lease(self, key: str, holder: str, ttl: float) -> Lease | None:

@@ -40,6 +40,13 @@ def check_name(name: object, what: str) -> str:
     return name
 
 
+def check_retries(retries: object) -> int:
+    """A step's ``retries`` is a non-negative integer."""
+    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+        raise ValueError(f"retries must be a non-negative integer, not {retries!r}")
+    return retries
+
+
 def _check(value: Any, path: str) -> None:
     if value is None or isinstance(value, str | bool):
         return

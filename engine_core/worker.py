@@ -3,24 +3,24 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import inspect
 import logging
 import random
 from collections.abc import Callable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
 
-from engine_core.context import StepInfo, _current_step
+from engine_core.attempt import error_info, run_attempt
+from engine_core.context import StepInfo
+from engine_core.control import RunControl
 from engine_core.durations import retry_delay_seconds
+from engine_core.leases import KeepAlive
 from engine_core.mirror import mirror_step
-from engine_core.records import AttemptEntry, StepGuard, StepRecord, utcnow
-from engine_core.run_pass import error_info
-from engine_core.tracing import attempt_span, record_failure, run_log_context
-from engine_core.values import idempotency_key, to_stored
-
-if TYPE_CHECKING:
-    from engine_core.engine import Engine
+from engine_core.records import StepRecord, utcnow
+from engine_core.runtime import Runtime
+from engine_core.store import Store
+from engine_core.tasks import cancel_and_wait, wait_event
+from engine_core.tracing import run_log_context
+from engine_core.transitions import Transition, job_ended, job_returned, write
+from engine_core.values import idempotency_key
 
 log = logging.getLogger("engine_core")
 
@@ -31,21 +31,25 @@ IDLE_MAX_S = 1.0
 class Worker:
     """Polls the store for due queue jobs and owed passes, backing off while idle."""
 
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
+    def __init__(self, store: Store, runtime: Runtime, control: RunControl) -> None:
+        self.store = store
+        self.runtime = runtime
+        self.control = control
+        self._wake = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
         self._jobs: set[asyncio.Task[None]] = set()
         self._skip_until: dict[str, float] = {}
+
+    def wake(self) -> None:
+        """Work may be waiting: poll now instead of at the end of the idle backoff."""
+        self._wake.set()
 
     def start(self) -> None:
         self._loop_task = asyncio.ensure_future(self._run())
 
     async def stop(self, grace: float = 0.0) -> None:
         """Stop claiming; give running jobs ``grace`` seconds to finish, then cancel them."""
-        if self._loop_task is not None:
-            self._loop_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._loop_task
+        await cancel_and_wait(self._loop_task)
         if self._jobs and grace > 0:
             await asyncio.wait(list(self._jobs), timeout=grace)
         for job in list(self._jobs):
@@ -53,10 +57,9 @@ class Worker:
         await asyncio.gather(*self._jobs, return_exceptions=True)
 
     async def _run(self) -> None:
-        engine = self.engine
         idle = IDLE_MIN_S
         while True:
-            engine._work.clear()
+            self._wake.clear()
             try:
                 found = await self._poll_once()
             except asyncio.CancelledError:
@@ -68,17 +71,17 @@ class Worker:
                 idle = IDLE_MIN_S
                 await asyncio.sleep(0)
                 continue
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(engine._work.wait(), idle)
+            await wait_event(self._wake, idle)
             idle = min(idle * 2, IDLE_MAX_S)
 
     async def _poll_once(self) -> bool:
-        engine = self.engine
+        runtime = self.runtime
+        config = runtime.config
         found = False
-        functions = list(engine._step_functions)
-        while functions and len(self._jobs) < engine.concurrency:
-            job = await engine.store.claim_step(
-                functions, holder=engine.instance_id, claim_ttl=engine.lease_ttl
+        functions = list(runtime.step_function_names())
+        while functions and len(self._jobs) < config.concurrency:
+            job = await self.store.claim_step(
+                functions, holder=runtime.instance_id, claim_ttl=config.lease_ttl
             )
             if job is None:
                 break
@@ -86,15 +89,14 @@ class Worker:
             task = asyncio.ensure_future(self._run_job(job))
             self._jobs.add(task)
             task.add_done_callback(self._jobs.discard)
-        workflows = list(engine._workflows)
+        workflows = list(runtime.workflow_names())
         if workflows:
-            loop = asyncio.get_running_loop()
-            now = loop.time()
-            owed = await engine.store.find_runs_needing_pass(workflows, engine.concurrency * 2)
+            now = asyncio.get_running_loop().time()
+            owed = await self.store.find_runs_needing_pass(workflows, config.concurrency * 2)
             for run_id in owed:
                 if self._skip_until.get(run_id, 0) > now:
                     continue
-                if engine._spawn_drive(run_id, on_taken=self._skipper(run_id)):
+                if runtime.kick(run_id, on_taken=self._skipper(run_id)):
                     found = True
             if len(self._skip_until) > 10_000:
                 self._skip_until = {k: v for k, v in self._skip_until.items() if v > now}
@@ -109,9 +111,8 @@ class Worker:
 
     async def _run_job(self, job: StepRecord) -> None:
         """Run one claimed attempt of a dispatched step and record its outcome, fenced."""
-        engine = self.engine
+        holder = self.runtime.instance_id
         attempt = job.attempts
-        guard = StepGuard(status_in=("running",), attempts=attempt, claim_holder=engine.instance_id)
         if attempt > job.max_attempts:
             # Every attempt it was allowed was claimed and lost with its worker.
             error = {
@@ -119,146 +120,80 @@ class Worker:
                 "message": f"step {job.key!r} lost its worker on each of its "
                 f"{job.max_attempts} attempt(s)",
             }
-            await self._record(job, guard, attempt - 1, "failed", error=error)
+            lost = job_ended(job, holder, "failed", counted=attempt - 1, error=error)
+            await self._record(job, lost)
             return
         # The claim cannot see the run: a job inserted while a cancel or suspend was on
         # its way may be claimable for a moment. Whatever started after a stop returned
         # reads it here; the job goes back on the queue, halted, costing no attempt.
-        run = await engine.store.get_run(job.run_id)
+        run = await self.store.get_run(job.run_id)
         if run is None or run.status != "running":
-            await engine.store.update_step(
-                job.run_id,
-                job.key,
-                guard=guard,
-                changes={
-                    "status": "scheduled",
-                    "attempts": attempt - 1,
-                    "halted": True,
-                    "claim_holder": None,
-                    "claim_expires_at": None,
-                },
-            )
-            # A resume that came meanwhile may have unhalted before our write landed.
-            latest = await engine.store.get_run(job.run_id)
-            if latest is not None and latest.status == "running":
-                await engine.store.halt_steps(job.run_id, False)
-                engine._work_arrived()
+            await write(self.store, job.run_id, job.key, job_returned(job, holder))
+            await self.control.reconcile_halt(job.run_id)
             return
-        function = engine._step_functions[job.function or ""]
+        function = self.runtime.step_fn(job.function or "")
+        assert function is not None, "claims only take jobs of registered step functions"
         info = StepInfo(job.run_id, job.key, attempt, idempotency_key(job.run_id, job.key))
-        keeper = asyncio.ensure_future(self._keep_claim(job, attempt))
-        started = utcnow()
         attributes = {
             "workflow.run_id": job.run_id,
             "workflow.step": job.key,
             "workflow.attempt": attempt,
             "workflow.function": job.function or "",
         }
+        started = utcnow()
+
+        async def renew() -> bool:
+            return await self.store.extend_claim(
+                job.run_id,
+                job.key,
+                holder=holder,
+                attempt=attempt,
+                claim_ttl=self.runtime.config.lease_ttl,
+            )
+
         try:
-            with (
-                run_log_context(job.run_id, job.traceparent),
-                attempt_span(job.traceparent, job.key, attributes) as span,
+            async with KeepAlive(
+                renew, self.runtime.config.lease_ttl, f"the claim on step {job.key!r}"
             ):
-                reset = _current_step.set(info)
-                try:
-                    async with engine._slots:
-                        value = function(job.payload)
-                        if inspect.isawaitable(value):
-                            value = await (
-                                asyncio.wait_for(value, job.timeout) if job.timeout else value
-                            )
-                    result = to_stored(value, f"result of step {job.key!r}")
-                except Exception as exc:
-                    record_failure(span, exc)
-                    raise
-                finally:
-                    _current_step.reset(reset)
+                with run_log_context(job.run_id, job.traceparent):
+                    result = await run_attempt(
+                        info,
+                        lambda: function(job.payload),
+                        slots=self.runtime.slots,
+                        timeout=job.timeout,
+                        traceparent=job.traceparent,
+                        attributes=attributes,
+                    )
         except Exception as exc:
             error = error_info(exc)
             if attempt < job.max_attempts:
                 wait = retry_delay_seconds(job.retry_delay or 0, attempt, random.random())
                 due = utcnow() + timedelta(seconds=wait)
-                await self._record(
-                    job,
-                    guard,
-                    attempt,
-                    "scheduled",
-                    error=error,
-                    due_at=due,
-                    started_at=started,
-                    retry=True,
+                retry = job_ended(
+                    job, holder, "scheduled", error=error, due_at=due, started_at=started
                 )
-                engine._arm_timer_work(due)
+                if await self._record(job, retry, tell=False):
+                    self.runtime.arm_work_timer(due)
                 return
-            await self._record(job, guard, attempt, "failed", error=error, started_at=started)
+            failed = job_ended(job, holder, "failed", error=error, started_at=started)
+            await self._record(job, failed)
             return
-        finally:
-            keeper.cancel()
-        await self._record(job, guard, attempt, "succeeded", result=result, started_at=started)
+        done = job_ended(job, holder, "succeeded", result=result, started_at=started)
+        await self._record(job, done)
 
-    async def _record(
-        self,
-        job: StepRecord,
-        guard: StepGuard,
-        attempt: int,
-        status: Any,
-        *,
-        result: Any = None,
-        error: dict[str, Any] | None = None,
-        due_at: Any = None,
-        started_at: Any = None,
-        retry: bool = False,
-    ) -> None:
-        now = utcnow()
-        changes: dict[str, Any] = {
-            "status": status,
-            "result": result,
-            "error": error,
-            "updated_at": now,
-            "claim_holder": None,
-            "claim_expires_at": None,
-        }
-        if due_at is not None:
-            changes["due_at"] = due_at
-        if status in ("succeeded", "failed"):
-            changes["ended_at"] = now
-            changes["notified"] = False  # until the run is told, below
-        if status == "failed" and attempt != job.attempts:
-            changes["attempts"] = attempt
-        entry = AttemptEntry(
-            attempt=job.attempts,
-            status="failed" if error else status,
-            at=now,
-            started_at=started_at,
-            error=error,
-        )
-        if not await self.engine.store.update_step(
-            job.run_id, job.key, guard=guard, changes=changes, entry=entry
-        ):
+    async def _record(self, job: StepRecord, transition: Transition, *, tell: bool = True) -> bool:
+        if not await write(self.store, job.run_id, job.key, transition):
             log.warning(
                 "run %s: step %r attempt %d lost its claim; outcome dropped",
                 job.run_id,
                 job.key,
                 job.attempts,
             )
-            return
-        if self.engine.mirror is not None:
-            recorded = await self.engine.store.get_step(job.run_id, job.key)
+            return False
+        if self.runtime.mirror is not None:
+            recorded = await self.store.get_step(job.run_id, job.key)
             if recorded is not None:
-                await mirror_step(self.engine.mirror, recorded)
-        if not retry:
-            await self.engine.notify_run(job.run_id, job.key)
-
-    async def _keep_claim(self, job: StepRecord, attempt: int) -> None:
-        engine = self.engine
-        while True:
-            await asyncio.sleep(engine.lease_ttl / 3)
-            if not await engine.store.extend_claim(
-                job.run_id,
-                job.key,
-                holder=engine.instance_id,
-                attempt=attempt,
-                claim_ttl=engine.lease_ttl,
-            ):
-                log.warning("run %s: lost the claim on step %r", job.run_id, job.key)
-                return
+                await mirror_step(self.runtime.mirror, recorded)
+        if tell:
+            await self.control.notify_run(job.run_id, job.key)
+        return True

@@ -23,7 +23,6 @@ from pikku_mongo.documents import (
     to_us,
 )
 
-ACTIVE_RUN_STATES = ("running", "compensating")
 #: Claimable dispatched steps, first due first; ties in the order of the scheduled scan.
 CLAIM_SORT = [("due_at", 1), ("run_id", 1), ("key", 1)]
 SCHEDULED_SORT = {"due_at": 1, "run_id": 1, "key": 1}

@@ -57,7 +57,7 @@ STEP_INDEXES = [
 ]
 
 EVENT_INDEXES = [
-    # consume_event / has_event: the oldest unconsumed event of a name.
+    # consume_event: the oldest unconsumed event of a name.
     IndexModel([("run_id", ASCENDING), ("name", ASCENDING), ("consumed", ASCENDING)]),
     # consume_event: the event a consumer took already.
     IndexModel([("run_id", ASCENDING), ("consumed_by", ASCENDING)]),

@@ -29,6 +29,7 @@ from pymongo.errors import DuplicateKeyError
 from pymongo.read_preferences import ReadPreference
 
 from engine_core.records import (
+    ACTIVE,
     TERMINAL,
     AttemptEntry,
     EventRecord,
@@ -70,7 +71,6 @@ from pikku_mongo.documents import (
 )
 from pikku_mongo.errors import MissingDatabaseError
 from pikku_mongo.filters import (
-    ACTIVE_RUN_STATES,
     CLAIM_SORT,
     SCHEDULED_SORT,
     check_changes,
@@ -309,7 +309,7 @@ class MongoStore:
         cursor = self.runs.find(
             {
                 "pending_pass": True,
-                "status": {"$in": list(ACTIVE_RUN_STATES)},
+                "status": {"$in": list(ACTIVE)},
                 "workflow": {"$in": names},
             },
             {"_id": 1},
@@ -325,7 +325,7 @@ class MongoStore:
         if check_int(limit, "limit") <= 0:
             return []
         query: Doc = {
-            "status": {"$in": list(ACTIVE_RUN_STATES)},
+            "status": {"$in": list(ACTIVE)},
             "updated_at": {"$lt": to_us(check_datetime(before, "before"))},
         }
         if check_bool(in_flight_only, "in_flight_only"):
@@ -602,19 +602,6 @@ class MongoStore:
             return_document=_AFTER,
         )
         return event_from_doc(doc) if doc is not None else None
-
-    @transient_retry
-    async def has_event(self, run_id: str, name: str) -> bool:
-        """1 find."""
-        doc = await self.events.find_one(
-            {
-                "run_id": pack(check_str(run_id, "run id")),
-                "name": pack(check_str(name, "event name")),
-                "consumed": False,
-            },
-            {"_id": 1},
-        )
-        return doc is not None
 
     # ---- leases -----------------------------------------------------------------
 

@@ -150,14 +150,14 @@ async def test_a_crash_during_compensation_is_recovered(make_engine: Any) -> Non
             await ctx.step("a", lambda: "a", compensate=undo)
             await ctx.step("b", lambda: 1 / 0)
 
-    first: Engine = make_engine(lease_ttl="300ms")
+    first: Engine = make_engine(lease_ttl="300ms", shutdown_grace=0)
     build(first, hang=True)
     second: Engine = make_engine(lease_ttl="300ms", recovery_interval="200ms")
     build(second, hang=False)
     async with first:
         run_id = await first.start("w")
         await asyncio.wait_for(stuck.wait(), 5)
-        first.shutdown_grace = 0  # die now, mid-compensation
+        await asyncio.sleep(0)  # die now, mid-compensation (no shutdown grace)
     assert (await first.status(run_id)).status == "compensating"
     async with second:
         with pytest.raises(WorkflowRunFailedError):

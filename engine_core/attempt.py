@@ -1,0 +1,53 @@
+"""Running one attempt of a step, inline or dispatched, and how its failure is stored."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from engine_core.context import StepInfo, enter_step, leave_step
+from engine_core.errors import StepFailedError
+from engine_core.tracing import attempt_span, record_failure
+from engine_core.values import to_stored
+
+_STACK_LIMIT = 4000
+
+
+def error_info(exc: BaseException) -> dict[str, Any]:
+    """How an exception is stored: type, message, stack, and the step fields if any."""
+    stack = "".join(traceback.format_exception(exc))[-_STACK_LIMIT:]
+    info: dict[str, Any] = {"type": type(exc).__name__, "message": str(exc), "stack": stack}
+    if isinstance(exc, StepFailedError):
+        info.update(step=exc.step, attempts=exc.attempts, error_type=exc.error_type)
+    return info
+
+
+async def run_attempt(
+    info: StepInfo,
+    call: Callable[[], Any],
+    *,
+    slots: asyncio.Semaphore,
+    timeout: float | None,
+    traceparent: str | None,
+    attributes: dict[str, Any],
+) -> Any:
+    """Run ``call()`` as attempt ``info``: in a span of the run's trace, with
+    :func:`~engine_core.current_step` set, holding one of ``slots``, within ``timeout``
+    seconds. Returns the result as it is checkpointed; raises what the attempt raised
+    (a result that cannot be checkpointed raises ``NotSerializableError``)."""
+    with attempt_span(traceparent, info.step, attributes) as span:
+        token = enter_step(info)
+        try:
+            async with slots:
+                value = call()
+                if inspect.isawaitable(value):
+                    value = await (asyncio.wait_for(value, timeout) if timeout else value)
+            return to_stored(value, f"result of step {info.step!r}")
+        except Exception as exc:
+            record_failure(span, exc)
+            raise
+        finally:
+            leave_step(token)

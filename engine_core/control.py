@@ -1,0 +1,226 @@
+"""Run control: stopping and restarting runs, how a run ends, child runs, triggers.
+
+Everything that changes a run from outside its passes is here: cancel, suspend,
+resume and retry; what happens when a run ends (its mirror, its waiters, its parent's
+step); starting, cancelling and reconciling child runs; and telling a run it is owed a
+pass.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import replace
+from typing import Any
+
+from engine_core.errors import RunNotFoundError
+from engine_core.mirror import mirror_run, mirror_step
+from engine_core.records import (
+    STOPPABLE,
+    TERMINAL,
+    RunRecord,
+    RunState,
+    StepRecord,
+    utcnow,
+)
+from engine_core.runtime import Runtime
+from engine_core.store import Store
+from engine_core.transitions import child_ended, retried, told, write
+from engine_core.values import MAX_RUN_ID_LENGTH, check_run_id
+
+log = logging.getLogger("engine_core")
+
+
+def cancelled_error(run_id: str) -> dict[str, Any]:
+    return {"type": "WorkflowRunCancelledError", "message": f"run {run_id!r} was cancelled"}
+
+
+class RunControl:
+    """Acts on runs through the store, for the client API and for passes."""
+
+    def __init__(self, store: Store, runtime: Runtime) -> None:
+        self.store = store
+        self.runtime = runtime
+
+    async def get(self, run_id: str) -> RunRecord:
+        """The run, or :class:`RunNotFoundError`."""
+        run = await self.store.get_run(check_run_id(run_id))
+        if run is None:
+            raise RunNotFoundError(f"no run has id {run_id!r}")
+        return run
+
+    # ---- owed passes -------------------------------------------------------------
+
+    async def trigger(self, run_id: str) -> None:
+        """Note that the run is owed a pass and, when serving, try to give it one here."""
+        await self.store.request_pass(run_id)
+        self.runtime.kick(run_id)
+
+    async def notify_run(self, run_id: str, key: str) -> None:
+        """Tell a run that its step settled outside its passes, then mark the step told.
+
+        The step is written ``notified=False`` first, so a crash between the two leaves
+        a trace that recovery finds and repairs.
+        """
+        await self.trigger(run_id)
+        await write(self.store, run_id, key, told())
+
+    # ---- stopping and restarting -----------------------------------------------
+
+    async def cancel(self, run_id: str, *, compensate: bool = False) -> None:
+        run = await self.get(run_id)
+        target: RunState = "compensating" if compensate else "cancelled"
+        error = cancelled_error(run_id)
+        updated = await self.store.set_run_status(
+            run.run_id, target, expect=STOPPABLE, error=error, request_pass=compensate
+        )
+        if updated is None:
+            return
+        await mirror_run(self.runtime.mirror, updated)
+        await self.store.halt_steps(run_id, True)
+        for child in await self.store.list_child_runs(run_id):
+            if child.status not in TERMINAL:
+                await self.cancel(child.run_id, compensate=compensate)
+        if compensate:
+            self.runtime.kick(run_id)
+        else:
+            await self.run_ended(updated, "cancelled", None, error)
+
+    async def suspend(self, run_id: str) -> None:
+        run = await self.get(run_id)
+        updated = await self.store.set_run_status(run.run_id, "suspended", expect=("running",))
+        if updated is not None:
+            await mirror_run(self.runtime.mirror, updated)
+            await self.store.halt_steps(run_id, True)
+            await self.reconcile_halt(run_id)
+
+    async def resume(self, run_id: str) -> None:
+        run = await self.get(run_id)
+        updated = await self.store.set_run_status(
+            run.run_id, "running", expect=("suspended",), request_pass=True
+        )
+        if updated is not None:
+            await mirror_run(self.runtime.mirror, updated)
+            await self.unhalt(run_id)
+            self.runtime.kick(run_id)
+
+    async def retry(self, run_id: str) -> None:
+        run = await self.get(run_id)
+        if run.status != "failed":
+            raise ValueError(f"run {run_id!r} is {run.status}; only a failed run can be retried")
+        failed_step = (run.error or {}).get("step")
+        if isinstance(failed_step, str):
+            step = await self.store.get_step(run_id, failed_step)
+            if step is not None and step.status == "failed":
+                await write(self.store, run_id, failed_step, retried(step))
+        updated = await self.store.set_run_status(
+            run_id, "running", expect=("failed",), request_pass=True
+        )
+        if updated is not None:
+            await mirror_run(self.runtime.mirror, updated)
+            self.runtime.kick(run_id)
+
+    async def unhalt(self, run_id: str) -> None:
+        """Make the run's queue jobs claimable again, and tell the worker."""
+        await self.store.halt_steps(run_id, False)
+        self.runtime.work_arrived()
+
+    async def reconcile_halt(self, run_id: str) -> None:
+        """After halting jobs of a run that was stopped: a resume that raced the halt may
+        have unhalted before the halt landed, leaving a running run with halted jobs."""
+        latest = await self.store.get_run(run_id)
+        if latest is not None and latest.status == "running":
+            await self.unhalt(run_id)
+
+    # ---- endings -----------------------------------------------------------------
+
+    async def run_ended(
+        self, run: RunRecord, status: RunState, output: Any, error: dict[str, Any] | None
+    ) -> None:
+        """After a run moved to ``status`` in the store: mirror it; when terminal, settle its
+        parent's step and wake local waiters."""
+        if self.runtime.mirror is not None:
+            ended = replace(run, status=status, output=output, error=error, inflight={})
+            await mirror_run(self.runtime.mirror, ended)
+        self.runtime.run_settled(run.run_id)
+        if run.parent_run_id is None or run.parent_step is None or status not in TERMINAL:
+            return
+        await self.settle_parent_step(
+            run.parent_run_id, run.parent_step, run.run_id, status, output, error
+        )
+
+    async def settle_parent_step(
+        self,
+        parent_id: str,
+        parent_step: str,
+        child_id: str,
+        status: str,
+        output: Any,
+        error: dict[str, Any] | None,
+    ) -> StepRecord | None:
+        """Settle the parent's child step with how the child ended, and tell the parent.
+        Returns the step as stored afterwards."""
+        landed = await write(
+            self.store, parent_id, parent_step, child_ended(child_id, status, output, error)
+        )
+        if landed:
+            await self.notify_run(parent_id, parent_step)
+        settled = await self.store.get_step(parent_id, parent_step)
+        if landed and settled is not None:
+            await mirror_step(self.runtime.mirror, settled)
+        return settled
+
+    # ---- child runs --------------------------------------------------------------
+
+    @staticmethod
+    def child_run_id(parent_id: str, key: str) -> str:
+        candidate = f"{parent_id}:{key}"
+        if len(candidate) <= MAX_RUN_ID_LENGTH:
+            return candidate
+        return f"child-{uuid.uuid5(uuid.NAMESPACE_URL, candidate).hex}"
+
+    async def start_child(
+        self, parent: RunRecord, key: str, child_id: str, workflow: str, input: Any
+    ) -> None:
+        now = utcnow()
+        child = RunRecord(
+            run_id=child_id,
+            workflow=workflow,
+            status="running",
+            input=input,
+            created_at=now,
+            updated_at=now,
+            parent_run_id=parent.run_id,
+            parent_step=key,
+            wire={
+                "traceparent": parent.wire.get("traceparent"),
+                "started_by": self.runtime.instance_id,
+            },
+        )
+        if await self.store.insert_run(child) is None:
+            # A cancel of the parent that listed its children before this one existed
+            # must still reach it: the parent's status was written before that listing.
+            latest = await self.store.get_run(parent.run_id)
+            if latest is not None and latest.status in ("cancelled", "compensating"):
+                await self.cancel(child_id, compensate=latest.status == "compensating")
+                return
+            self.runtime.kick(child_id)
+
+    async def reconcile_child(self, parent: RunRecord, step: StepRecord) -> StepRecord | None:
+        """Settle a child step whose child ended unnoticed; recreate a lost child.
+        Returns the settled step, or None while the child is still going."""
+        assert step.child_run_id is not None
+        child = await self.store.get_run(step.child_run_id)
+        if child is None:
+            await self.start_child(
+                parent, step.key, step.child_run_id, step.function or "", step.payload
+            )
+            return None
+        if child.status not in TERMINAL:
+            return None
+        settled = await self.settle_parent_step(
+            parent.run_id, step.key, child.run_id, child.status, child.output, child.error
+        )
+        if settled is not None and settled.status in ("succeeded", "failed"):
+            return settled
+        return None

@@ -1,0 +1,161 @@
+"""``Host``: this process's side of the engine, the one implementation of the Runtime.
+
+It holds what the process has (the registries, the step slots, the timers, the
+background tasks) and the mechanisms that work for it (the driver, the worker, the
+recovery sweeps, run control), and starts and stops them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Callable, Coroutine, Sequence
+from datetime import datetime
+from typing import Any
+
+from engine_core.control import RunControl
+from engine_core.driver import Driver
+from engine_core.mirror import RunMirror
+from engine_core.recovery import WorkflowRecovery
+from engine_core.runtime import EngineConfig, StepFn, WorkflowFn
+from engine_core.store import Store
+from engine_core.timers import Timers
+from engine_core.worker import Worker
+
+log = logging.getLogger("engine_core")
+
+
+class Host:
+    """What this process offers the mechanisms that drive runs (a ``Runtime``)."""
+
+    def __init__(self, store: Store, config: EngineConfig, mirror: RunMirror | None) -> None:
+        self.store = store
+        self._config = config
+        self._mirror = mirror
+        self._instance_id = uuid.uuid4().hex
+        self.workflows: dict[str, WorkflowFn] = {}
+        self.step_functions: dict[str, StepFn] = {}
+        self._slots = asyncio.Semaphore(config.concurrency)
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._timers = Timers()
+        #: Set (and replaced) whenever a run of this process reaches a terminal status.
+        self.settled = asyncio.Event()
+        self._serving = False
+        self._closing = False
+        self.control = RunControl(store, self)
+        self.driver = Driver(store, self, self.control)
+        self.worker: Worker | None = None
+        self.recovery: WorkflowRecovery | None = None
+
+    # ---- lifecycle ---------------------------------------------------------------
+
+    async def serve(self) -> None:
+        """Initialise the store and start this process's worker and recovery."""
+        await self.store.init()
+        self._serving = True
+        self.worker = Worker(self.store, self, self.control)
+        self.recovery = WorkflowRecovery(self.store, self, self.control)
+        self.worker.start()
+        self.recovery.start()
+
+    async def shut_down(self) -> None:
+        """Stop serving, gracefully: claim and start nothing new, let the steps running
+        now record their outcomes (a pass stops at its next step boundary and leaves the
+        run owed to the fleet), and only then cancel what is left. A cancelled step
+        would cost an attempt when another process takes it back."""
+        self._serving = False
+        self._closing = True
+        grace = self._config.shutdown_grace
+        if self.recovery is not None:
+            await self.recovery.stop()
+        self._timers.cancel_all()
+        try:
+            if self.worker is not None:
+                await self.worker.stop(grace=grace)
+            if self._tasks:
+                await asyncio.wait(list(self._tasks), timeout=grace)
+            tasks = list(self._tasks)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        finally:
+            self._closing = False
+
+    # ---- the Runtime -------------------------------------------------------------
+
+    @property
+    def config(self) -> EngineConfig:
+        return self._config
+
+    @property
+    def instance_id(self) -> str:
+        return self._instance_id
+
+    @property
+    def mirror(self) -> RunMirror | None:
+        return self._mirror
+
+    @property
+    def slots(self) -> asyncio.Semaphore:
+        return self._slots
+
+    @property
+    def serving(self) -> bool:
+        return self._serving
+
+    @property
+    def closing(self) -> bool:
+        return self._closing
+
+    def workflow_fn(self, name: str) -> WorkflowFn | None:
+        return self.workflows.get(name)
+
+    def workflow_names(self) -> Sequence[str]:
+        return list(self.workflows)
+
+    def step_fn(self, name: str) -> StepFn | None:
+        return self.step_functions.get(name)
+
+    def step_function_names(self) -> Sequence[str]:
+        return list(self.step_functions)
+
+    def kick(self, run_id: str, on_taken: Callable[[], None] | None = None) -> bool:
+        # A client runs no passes: the owed pass is in the store for the fleet.
+        return self._serving and self.driver.spawn(run_id, on_taken)
+
+    async def drive(self, run_id: str) -> bool:
+        return await self.driver.drive(run_id)
+
+    def work_arrived(self) -> None:
+        if self.worker is not None:
+            self.worker.wake()
+
+    def arm_timer(self, run_id: str, due_at: datetime) -> None:
+        if not self._serving:
+            return
+
+        def fire() -> None:
+            if self._serving:
+                self.spawn(self.control.trigger(run_id), f"wake-up of run {run_id}")
+
+        self._timers.at((run_id, due_at), due_at, fire)
+
+    def arm_work_timer(self, due_at: datetime) -> None:
+        if self._serving:
+            self._timers.at(("work", due_at), due_at, self.work_arrived)
+
+    def run_settled(self, run_id: str) -> None:
+        self.settled.set()
+        self.settled = asyncio.Event()
+
+    def spawn(self, coro: Coroutine[Any, Any, Any], what: str) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+
+        def done(t: asyncio.Task[Any]) -> None:
+            self._tasks.discard(t)
+            if not t.cancelled() and t.exception() is not None:
+                log.error("%s failed", what, exc_info=t.exception())
+
+        task.add_done_callback(done)

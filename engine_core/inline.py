@@ -1,0 +1,166 @@
+"""Inline steps: run in the orchestrating process, under the run's lease, with retries.
+
+A step found in flight by the pass that holds the run was left by a pass that died
+mid-step: it is counted as a failed attempt before the next one runs. Short retry
+delays are waited out in memory; longer ones re-arm the step durably and park.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from engine_core.attempt import error_info, run_attempt
+from engine_core.context import StepInfo
+from engine_core.durations import (
+    Duration,
+    check_retry_delay,
+    parse_duration,
+    retry_delay_seconds,
+)
+from engine_core.errors import NotSerializableError, StepFailedError
+from engine_core.pass_state import Parked, PassState, stored_failure
+from engine_core.records import StepKind, utcnow
+from engine_core.transitions import attempt_ended, attempt_lost
+from engine_core.values import check_retries, idempotency_key
+
+log = logging.getLogger("engine_core")
+
+#: Retry delays up to this long are waited out in memory, under the run's lease;
+#: longer ones re-arm the step durably and end the pass.
+INLINE_RETRY_LIMIT_S = 1.0
+
+
+async def inline_step(
+    p: PassState,
+    name: str,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    *,
+    retries: int,
+    retry_delay: Duration,
+    compensate: Callable[[Any], Any] | None,
+    timeout: Duration | None,
+) -> Any:
+    """``ctx.step``: the recorded result, or run the step here now."""
+    key = p.key(name)
+    attempts = check_retries(retries) + 1
+    delay = check_retry_delay(retry_delay)
+    limit = parse_duration(timeout, what="timeout") if timeout is not None else None
+    if compensate is not None:
+        p.compensations[key] = compensate
+    done = p.finished(key)
+    if done is not None:
+        return done.result
+    compensable = compensate is not None
+    return await p.track(run_inline(p, key, fn, args, attempts, delay, limit, compensable))
+
+
+async def _take_back_lost(p: PassState, key: str, kind: StepKind, extra: dict[str, Any]) -> int:
+    """Count the attempt a dead pass left in flight; returns its number."""
+    lost = p.run.inflight[key]
+    # Our pass owns the lease, so an attempt still marked in flight belongs to a pass
+    # that died mid-step.
+    max_attempts = int(extra["max_attempts"])
+    exhausted = lost.attempt >= max_attempts
+    log.warning(
+        "run %s: step %r attempt %d was lost with its process%s",
+        p.run_id,
+        key,
+        lost.attempt,
+        "; attempts exhausted" if exhausted else "; running it again",
+    )
+    transition = attempt_lost(
+        kind, key, lost.attempt, max_attempts, started_at=lost.started_at, extra=extra
+    )
+    recorded = await p.record(key, transition)
+    if exhausted:
+        raise stored_failure(recorded)
+    return lost.attempt
+
+
+async def run_inline(
+    p: PassState,
+    key: str,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    max_attempts: int,
+    delay: float | str,
+    timeout: float | None,
+    compensable: bool,
+    *,
+    kind: StepKind = "inline",
+) -> Any:
+    """Run the step here until it succeeds, fails for good, or parks for a long retry."""
+    step = p.steps.get(key)
+    if step is not None and step.status == "succeeded":
+        return step.result
+    if step is not None and step.status == "failed":
+        raise stored_failure(step)
+    extra = {"max_attempts": max_attempts, "retry_delay": delay, "compensable": compensable}
+    prior = step.attempts if step is not None else 0
+    lost = p.run.inflight.get(key)
+    if lost is not None and lost.attempt > prior:
+        prior = await _take_back_lost(p, key, kind, extra)
+    elif step is not None and step.status == "scheduled" and step.due_at is not None:
+        if step.due_at > utcnow():  # a retry waiting out a long delay
+            p.runtime.arm_timer(p.run_id, step.due_at)
+            raise Parked()
+    attempt = prior + 1
+    attributes = {
+        "workflow.run_id": p.run_id,
+        "workflow.name": p.workflow,
+        "workflow.step": key,
+    }
+    while True:
+        await p.start(key, attempt)
+        started = utcnow()
+        info = StepInfo(p.run_id, key, attempt, idempotency_key(p.run_id, key))
+        try:
+            stored = await run_attempt(
+                info,
+                lambda: fn(*args),
+                slots=p.runtime.slots,
+                timeout=timeout,
+                traceparent=p.traceparent,
+                attributes={**attributes, "workflow.attempt": attempt},
+            )
+        except Exception as exc:
+            error = error_info(exc)
+            if attempt < max_attempts and not isinstance(exc, NotSerializableError):
+                wait = retry_delay_seconds(delay, attempt, random.random())
+                if wait <= INLINE_RETRY_LIMIT_S:
+                    outcome = attempt_ended(
+                        kind, attempt, "pending", started_at=started, error=error, extra=extra
+                    )
+                    await p.record(key, outcome)
+                    await asyncio.sleep(wait)
+                    attempt += 1
+                    continue
+                due = utcnow() + timedelta(seconds=wait)
+                outcome = attempt_ended(
+                    kind,
+                    attempt,
+                    "scheduled",
+                    started_at=started,
+                    error=error,
+                    due_at=due,
+                    extra=extra,
+                )
+                await p.record(key, outcome)
+                p.runtime.arm_timer(p.run_id, due)
+                raise Parked() from None
+            outcome = attempt_ended(
+                kind, attempt, "failed", started_at=started, error=error, extra=extra
+            )
+            await p.record(key, outcome)
+            raise StepFailedError(key, attempt, type(exc).__name__, str(exc)) from exc
+        outcome = attempt_ended(
+            kind, attempt, "succeeded", started_at=started, result=stored, extra=extra
+        )
+        await p.record(key, outcome)
+        return stored

@@ -1,0 +1,97 @@
+"""The narrow interface the engine's mechanisms run against, instead of the ``Engine``.
+
+Passes, the worker, recovery and run control each receive a :class:`Runtime` (and the
+store) explicitly. ``Engine`` provides the one implementation; a test may provide
+another.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+from engine_core.mirror import RunMirror
+
+#: ``async def fn(ctx, input)``: a registered workflow body.
+WorkflowFn = Callable[[Any, Any], Awaitable[Any]]
+#: ``async def fn(payload)``: a registered step function.
+StepFn = Callable[[Any], Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """The engine's options, in seconds."""
+
+    lease_ttl: float
+    recovery_interval: float
+    stalled_after: float
+    undispatched_after: float
+    concurrency: int
+    #: How long leaving ``async with`` waits for running steps before cancelling them.
+    shutdown_grace: float
+
+
+class Runtime(Protocol):
+    """What this process offers the mechanisms that drive runs."""
+
+    @property
+    def config(self) -> EngineConfig:
+        """The engine's options."""
+
+    @property
+    def instance_id(self) -> str:
+        """This engine's identity as a lease and claim holder."""
+
+    @property
+    def mirror(self) -> RunMirror | None:
+        """The run mirror, if any."""
+
+    @property
+    def slots(self) -> asyncio.Semaphore:
+        """Bounds this process's step work (``concurrency``)."""
+
+    @property
+    def serving(self) -> bool:
+        """Whether this process runs work (inside ``async with``)."""
+
+    @property
+    def closing(self) -> bool:
+        """Whether this process is shutting down: start no new step."""
+
+    def workflow_fn(self, name: str) -> WorkflowFn | None:
+        """The registered workflow body, or None."""
+
+    def workflow_names(self) -> Sequence[str]:
+        """Every registered workflow name."""
+
+    def step_fn(self, name: str) -> StepFn | None:
+        """The registered step function, or None."""
+
+    def step_function_names(self) -> Sequence[str]:
+        """Every registered step function name."""
+
+    def kick(self, run_id: str, on_taken: Callable[[], None] | None = None) -> bool:
+        """A run is owed a pass: drive it here in the background when serving (once per
+        run at a time; ``on_taken`` is called if another process holds it). Returns
+        whether a drive started."""
+
+    async def drive(self, run_id: str) -> bool:
+        """Give the run passes here now; False if another process holds it."""
+
+    def work_arrived(self) -> None:
+        """A queue job or an owed pass may be waiting: wake the worker."""
+
+    def arm_timer(self, run_id: str, due_at: datetime) -> None:
+        """Trigger the run when ``due_at`` comes (while serving)."""
+
+    def arm_work_timer(self, due_at: datetime) -> None:
+        """Wake the worker when a queue job falls due at ``due_at`` (while serving)."""
+
+    def run_settled(self, run_id: str) -> None:
+        """The run reached a terminal status in this process: wake its waiters."""
+
+    def spawn(self, coro: Coroutine[Any, Any, Any], what: str) -> None:
+        """Run ``coro`` in the background, logging a failure as ``what``."""

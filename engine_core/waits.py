@@ -1,0 +1,193 @@
+"""Steps that wait outside the pass: dispatched steps, sleeps, events and child runs.
+
+Each is armed once (a step record in ``scheduled``), and the pass parks; what it waits
+for (a worker, a timer, an event, the child's end) settles the step and triggers a new
+pass, which finds the step finished.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from engine_core.durations import Duration, check_retry_delay, parse_duration
+from engine_core.errors import WorkflowNotRegisteredError
+from engine_core.mirror import mirror_step
+from engine_core.pass_state import Parked, PassState, Stopped, stored_failure
+from engine_core.records import StepKind, StepRecord, utcnow
+from engine_core.transitions import woken, write
+from engine_core.values import check_name, check_retries, to_stored
+
+
+def _scheduled(
+    p: PassState, key: str, kind: StepKind, due_at: datetime | None, **fields: Any
+) -> StepRecord:
+    """A step record armed now, waiting for ``due_at`` (or for something outside)."""
+    now = utcnow()
+    return StepRecord(
+        run_id=p.run_id,
+        key=key,
+        kind=kind,
+        status="scheduled",
+        due_at=due_at,
+        scheduled_at=now,
+        updated_at=now,
+        traceparent=p.traceparent,
+        **fields,
+    )
+
+
+async def _arm(p: PassState, step: StepRecord) -> None:
+    """Record a waiting step (once: a concurrent arm of the same step is a no-op)."""
+    await p.start(step.key, 0)
+    if await p.store.insert_step(step):
+        await mirror_step(p.runtime.mirror, step)
+    p.steps[step.key] = step
+
+
+async def _wake(p: PassState, step: StepRecord, result: Any) -> Any:
+    """Settle a scheduled step (a sleep that is due, an event, a timeout) and return its
+    result: ours, or the one already recorded if another pass settled it first."""
+    transition = woken(step.kind, step.event, result)
+    if not await write(p.store, p.run_id, step.key, transition):
+        stored = await p.store.get_step(p.run_id, step.key)
+        if stored is None or stored.status != "succeeded":
+            raise Stopped()
+        p.steps[step.key] = stored
+        return stored.result
+    p.settled_here(transition.apply(step))
+    await mirror_step(p.runtime.mirror, step)
+    return result
+
+
+async def dispatch_step(
+    p: PassState,
+    name: str,
+    function: str,
+    payload: Any,
+    *,
+    retries: int,
+    retry_delay: Duration,
+    timeout: Duration | None,
+) -> Any:
+    """``ctx.dispatch``: the recorded result, or put the step on the queue and park."""
+    key = p.key(name)
+    check_name(function, "step function name")
+    attempts = check_retries(retries) + 1
+    delay = check_retry_delay(retry_delay)
+    limit = parse_duration(timeout, what="timeout") if timeout is not None else None
+    done = p.finished(key)
+    if done is not None:
+        return done.result
+    if key not in p.steps:
+        job = _scheduled(
+            p,
+            key,
+            "dispatch",
+            utcnow(),
+            max_attempts=attempts,
+            retry_delay=delay,
+            timeout=limit,
+            function=function,
+            payload=to_stored(payload, f"payload of step {key!r}"),
+        )
+        await p.track(_arm(p, job))
+        p.runtime.work_arrived()
+    elif p.steps[key].halted:
+        # A suspend that raced a resume can leave the job halted on a running run.
+        await p.track(p.start(key, 0))
+        await p.control.unhalt(p.run_id)
+    await p.park()
+
+
+async def sleep_step(p: PassState, name: str, duration: Duration) -> None:
+    """``ctx.sleep``: arm a durable wake-up, or wake once it is due."""
+    key = p.key(name)
+    seconds = parse_duration(duration, what="sleep duration")
+    if p.finished(key) is not None:
+        return None
+    step = p.steps.get(key)
+    now = utcnow()
+    if step is None:
+        due = now + timedelta(seconds=seconds)
+        await p.track(_arm(p, _scheduled(p, key, "sleep", due, timeout=seconds)))
+        p.runtime.arm_timer(p.run_id, due)
+        await p.park()
+    if step.due_at is not None and step.due_at <= now:
+        await p.track(_wake(p, step, None))
+        return None
+    if step.due_at is not None:
+        p.runtime.arm_timer(p.run_id, step.due_at)
+    await p.park()
+
+
+async def event_step(p: PassState, name: str, timeout: Duration | None) -> Any:
+    """``ctx.wait_for_event``: the oldest unconsumed event, or wait for one."""
+    check_name(name, "event name")
+    key = p.key(name)
+    limit = parse_duration(timeout, what="event timeout") if timeout is not None else None
+    done = p.finished(key)
+    if done is not None:
+        return done.result
+    return await p.track(_wait_event(p, key, name, limit))
+
+
+async def _wait_event(p: PassState, key: str, name: str, limit: float | None) -> Any:
+    step = p.steps.get(key) or _scheduled(p, key, "event", None, event=name)
+    event = await p.store.consume_event(p.run_id, name, f"{p.run_id}\x00{key}")
+    if event is not None:
+        return await _wake(p, step, event.payload)
+    now = utcnow()
+    if key not in p.steps:
+        step.due_at = now + timedelta(seconds=limit) if limit is not None else None
+        step.timeout = limit
+        await _arm(p, step)
+    elif step.due_at is not None and step.due_at <= now:
+        return await _wake(p, step, None)
+    if step.due_at is not None:
+        p.runtime.arm_timer(p.run_id, step.due_at)
+    raise Parked()
+
+
+async def child_step(p: PassState, name: str, workflow: str, input: Any) -> Any:
+    """``ctx.child``: the child run's recorded output, or start the child and park."""
+    key = p.key(name)
+    check_name(workflow, "workflow name")
+    if p.runtime.workflow_fn(workflow) is None:
+        raise WorkflowNotRegisteredError(
+            f"child step {key!r} names workflow {workflow!r}, which is not registered "
+            f"on this engine (registered: {sorted(p.runtime.workflow_names())})"
+        )
+    done = p.finished(key)
+    if done is not None:
+        return done.result
+    return await p.track(_await_child(p, key, workflow, input))
+
+
+async def _await_child(p: PassState, key: str, workflow: str, input: Any) -> Any:
+    step = p.steps.get(key)
+    child_id = p.control.child_run_id(p.run_id, key)
+    if step is None:
+        stored_input = to_stored(input, f"input of child step {key!r}")
+        # Due at once, so the scheduled sweep checks on the child (see recovery).
+        armed = _scheduled(
+            p,
+            key,
+            "child",
+            utcnow(),
+            child_run_id=child_id,
+            payload=stored_input,
+            function=workflow,
+        )
+        await _arm(p, armed)
+        await p.control.start_child(p.run, key, child_id, workflow, stored_input)
+        raise Parked()
+    # The child may have ended while nobody settled this step (its process died
+    # between the two writes), or never have been created: look once per replay.
+    settled = await p.control.reconcile_child(p.run, step)
+    if settled is not None:
+        p.settled_here(settled)
+        if settled.status == "failed":
+            raise stored_failure(settled)
+        return settled.result
+    raise Parked()
