@@ -172,8 +172,15 @@ def spans_of(history: Sequence[TimelineEntry], *, end: datetime, active: bool) -
     still open: now for a run that has not ended, else when it ended."""
     found: list[Span] = []
 
-    def add(step: str, attempt: int, kind: str, start: datetime, stop: datetime, outcome: str,
-            error: dict[str, Any] | None = None) -> None:  # fmt: skip
+    def add(
+        step: str,
+        attempt: int,
+        kind: str,
+        start: datetime,
+        stop: datetime,
+        outcome: str,
+        error: dict[str, Any] | None = None,
+    ) -> None:
         found.append(Span(0, step, attempt, kind, start, max(start, stop), outcome, error))
 
     by_step: dict[str, list[TimelineEntry]] = {}

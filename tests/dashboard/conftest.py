@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
-from collections.abc import AsyncIterator
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import httpx
@@ -12,6 +17,7 @@ import pytest
 from engine_core import Engine
 from pikku_mongo.dashboard import dashboard_app
 from tests.support.dashboard_runs import seed_runs
+from tests.support.servers import free_port
 
 BASE = "http://127.0.0.1"
 
@@ -46,3 +52,39 @@ async def csrf(client: httpx.AsyncClient, path: str = "/runs") -> str:
     page = await client.get(path)
     assert page.status_code in (200, 401), page.text
     return csrf_of(page.text)
+
+
+@contextlib.contextmanager
+def ui_server(uri: str, *args: str, env: dict[str, str] | None = None) -> Iterator[str]:
+    """``pikku-mongo ui`` on a free loopback port against ``uri``; yields its base URL
+    once it answers, and stops it afterwards."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pikku_mongo.cli", "ui", "--port", str(port), *args],
+        env={**os.environ, "MONGODB_URI": uri, **(env or {})},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            if proc.poll() is not None:
+                assert proc.stderr is not None
+                raise AssertionError(f"pikku-mongo ui exited: {proc.stderr.read()}")
+            try:
+                httpx.get(f"{base}/static/dashboard.css", timeout=1)
+                break
+            except httpx.TransportError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)

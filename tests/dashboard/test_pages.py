@@ -12,6 +12,7 @@ import pytest
 from markupsafe import escape
 
 from engine_core import Engine
+from pikku_mongo.dashboard.params import RUN_STATUSES
 from tests.dashboard.conftest import csrf
 from tests.support.dashboard_runs import WEIRD_ID
 
@@ -31,8 +32,7 @@ async def test_runs_page_counts_by_status_and_links_every_run(
 ) -> None:
     page = await client.get("/runs")
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
-    for status in ("running", "suspended", "completed", "failed", "cancelled", "compensating",
-                   "compensated", "compensation_failed"):  # fmt: skip
+    for status in RUN_STATUSES:
         expected = {"running": 2, "completed": 2}.get(status, 1)
         assert f'data-count="{status}">{expected}<' in page.text, status
     assert "all <strong>10</strong>" in page.text
@@ -59,9 +59,8 @@ async def test_runs_filters(seeded: dict[str, str], client: httpx.AsyncClient) -
     assert await ids(workflow="waits", status="running") == sorted(
         [seeded["running"], seeded["weird"]]
     )
-    assert await ids(prefix="order-compe") == [
-        "order-compensated", "order-compensating", "order-compensation-failed"
-    ]  # fmt: skip
+    compe = ["order-compensated", "order-compensating", "order-compensation-failed"]
+    assert await ids(prefix="order-compe") == compe
     assert await ids(prefix="weird/<b>") == [WEIRD_ID]
     assert await ids(prefix=".*") == []
     assert await ids(before="2000-01-01T00:00") == []
@@ -156,9 +155,13 @@ async def test_values_are_text_and_long_values_fold(
     ],
 )
 async def test_actions_confirm_then_post(
-    seeded: dict[str, str], client: httpx.AsyncClient, engine: Engine, key: str, action: str,
+    seeded: dict[str, str],
+    client: httpx.AsyncClient,
+    engine: Engine,
+    key: str,
+    action: str,
     after: str,
-) -> None:  # fmt: skip
+) -> None:
     run_id = seeded[key]
     confirm = await client.get("/run/confirm", params={"id": run_id, "action": action})
     assert confirm.status_code == 200 and 'method="post" action="/run/action"' in confirm.text
