@@ -688,15 +688,19 @@ class MongoStore:
 
     @transient_retry
     async def count_runs(self, *, workflow: str | None = None) -> dict[str, int]:
-        """1 aggregate: ``$group`` on status (after a ``$match`` on the workflow when
-        given, which the workflow index serves). Unfiltered, a ``$sort`` on status comes
-        first, so MongoDB can count from the (status, updated_at) index alone."""
-        pipeline: list[Doc] = []
+        """1 aggregate: a ``$match``, then ``$group`` on status. Unfiltered, the match is
+        a range over every status (each is a string), which lets MongoDB count from the
+        (status, updated_at) index alone, reading no document; of one workflow, the
+        workflow index serves it. (On nx-27017 the range costs nothing, while a ``$sort``
+        or an ``$in`` there made the count 15 to 20 times slower at 100,000 runs.)"""
         if check_opt_str(workflow, "workflow") is not None:
-            pipeline.append({"$match": {"workflow": pack(cast(str, workflow))}})
+            match: Doc = {"workflow": pack(cast(str, workflow))}
         else:
-            pipeline.append({"$sort": {"status": 1}})
-        pipeline.append({"$group": {"_id": "$status", "n": {"$sum": 1}}})
+            match = {"status": {"$gte": ""}}
+        pipeline: list[Doc] = [
+            {"$match": match},
+            {"$group": {"_id": "$status", "n": {"$sum": 1}}},
+        ]
         cursor = await self.runs.aggregate(pipeline)
         return {cast(str, doc["_id"]): int(doc["n"]) for doc in await cursor.to_list()}
 

@@ -327,9 +327,10 @@ class Dashboard:
         """One run: its values, family, steps, timeline and actions."""
         run_id = parse_run_id(request.query_params)
         done = request.query_params.get("done")
-        status = await self.engine.status(run_id)
-        history, children = await asyncio.gather(
-            self.engine.history(run_id), self.engine.list_children(run_id)
+        status, history, children = await asyncio.gather(
+            self.engine.status(run_id),
+            self.engine.history(run_id),
+            self.engine.list_children(run_id),
         )
         context: dict[str, Any] = {
             "page": "runs",
