@@ -271,7 +271,7 @@ class Dashboard:
                 return self.error(request, 400, str(exc))
             except RunNotFoundError as exc:
                 return self.error(request, 404, str(exc))
-            except (EngineError, ValueError, TypeError) as exc:
+            except (EngineError, ValueError) as exc:
                 return self.error(request, 400, str(exc))
             except Exception as exc:
                 log.exception("dashboard page %s failed", request.url.path)

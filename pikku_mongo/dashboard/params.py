@@ -34,12 +34,16 @@ class BadRequest(Exception):
     """The request is malformed; the message says how (shown on the 400 page)."""
 
 
-def _single(params: QueryParams | Mapping[str, Sequence[str]], name: str) -> str | None:
+def _single(
+    params: QueryParams | Mapping[str, Sequence[str]], name: str, *, nul: bool = False
+) -> str | None:
+    """The parameter's one value (None when absent or empty). Only run ids (``nul``) may
+    hold a NUL character: a run id is any string, names are not."""
     values = params.getlist(name) if isinstance(params, QueryParams) else params.get(name, [])
     if len(values) > 1:
         raise BadRequest(f"the parameter {name!r} is given {len(values)} times")
     value = values[0] if values else ""
-    if "\x00" in value:
+    if not nul and "\x00" in value:
         raise BadRequest(f"the parameter {name!r} holds a NUL character")
     return value or None
 
@@ -117,17 +121,17 @@ def parse_run_filters(params: QueryParams) -> RunFilters:
     return RunFilters(
         workflow=_bounded(_single(params, "workflow"), "workflow", MAX_NAME),
         status=status,
-        prefix=_bounded(_single(params, "prefix"), "prefix", MAX_RUN_ID),
+        prefix=_bounded(_single(params, "prefix", nul=True), "prefix", MAX_RUN_ID),
         since=since,
         before=before,
-        after=_bounded(_single(params, "after"), "after", MAX_RUN_ID),
+        after=_bounded(_single(params, "after", nul=True), "after", MAX_RUN_ID),
         limit=limit,
     )
 
 
 def parse_run_id(params: QueryParams | Mapping[str, Sequence[str]]) -> str:
     """The ``id`` parameter: a run id (1 to 200 characters)."""
-    run_id = _bounded(_single(params, "id"), "the run id", MAX_RUN_ID)
+    run_id = _bounded(_single(params, "id", nul=True), "the run id", MAX_RUN_ID)
     if run_id is None:
         raise BadRequest("the run id (parameter 'id') is missing")
     return run_id

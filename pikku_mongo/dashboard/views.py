@@ -70,7 +70,7 @@ def fmt_clock(moment: datetime) -> str:
 def fmt_duration(seconds: float) -> str:
     """A duration, in the unit that suits it."""
     if seconds < 0.001:
-        return f"{seconds * 1000:.2f} ms"
+        return "< 1 ms"  # the stored times are to the millisecond
     if seconds < 1:
         return f"{seconds * 1000:.0f} ms"
     if seconds < 60:

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import html
 import re
+from typing import Any
 from urllib.parse import parse_qs, quote_plus, urlsplit
 
 import httpx
 import pytest
 from markupsafe import escape
 
-from engine_core import Engine
+from engine_core import Engine, WorkflowContext
 from pikku_mongo.dashboard.params import RUN_STATUSES
 from tests.dashboard.conftest import csrf
 from tests.support.dashboard_runs import WEIRD_ID
@@ -206,7 +207,7 @@ async def test_actions_that_do_not_apply_and_missing_runs(
         "since=yesterday",
         "before=2026-13-01T00:00",
         "workflow=" + "w" * 501,
-        "prefix=a%00b",
+        "workflow=a%00b",
     ],
 )
 async def test_bad_list_parameters_get_a_400_page(client: httpx.AsyncClient, query: str) -> None:
@@ -230,3 +231,22 @@ async def test_unknown_pages_and_methods(client: httpx.AsyncClient) -> None:
     assert missing.status_code == 404 and "Not found" in missing.text
     wrong = await client.get("/run/action")
     assert wrong.status_code == 405
+
+
+async def test_any_run_id_links_to_its_page(engine: Engine, client: httpx.AsyncClient) -> None:
+    @engine.workflow("w")
+    async def w(ctx: WorkflowContext, data: Any) -> Any:
+        return await ctx.wait_for_event("never")
+
+    awkward = ["a\x00b", "..", ".", "x/../y", "%2F", "+ plus", "#", "?&=", "é😀", "<i>", "$ne"]
+    for run_id in awkward:
+        await engine.start("w", run_id=run_id)
+    page = (await client.get("/runs")).text
+    assert listed_ids(page) == sorted(awkward)
+    for href in re.findall(r'<td><a class="run-id" href="([^"]+)">', page):
+        run_page = await client.get(html.unescape(href))
+        assert run_page.status_code == 200, href
+        run_id = parse_qs(urlsplit(html.unescape(href)).query)["id"][0]
+        assert f'<span class="run-id">{escape(run_id)}</span>' in run_page.text
+    nul = await client.get("/runs", params={"prefix": "a\x00"})
+    assert listed_ids(nul.text) == ["a\x00b"]

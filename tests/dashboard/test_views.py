@@ -135,7 +135,7 @@ def test_values_fold_when_long() -> None:
 
 
 def test_durations() -> None:
-    assert fmt_duration(0.0004) == "0.40 ms"
+    assert fmt_duration(0.0004) == "< 1 ms"
     assert fmt_duration(0.25) == "250 ms"
     assert fmt_duration(2.5) == "2.50 s"
     assert fmt_duration(125) == "2 min 5 s"
