@@ -7,7 +7,7 @@
     pikku-mongo recover
     pikku-mongo prune --older-than 30d
     pikku-mongo init
-    pikku-mongo ui [--host 127.0.0.1] [--port 8642] [--token T] [--read-only]
+    pikku-mongo ui [--host 127.0.0.1] [--port 8642] [--token T] [--read-only] [--refresh S]
 
 Every command but ``ui`` takes ``--json``. Errors are one line on stderr, with exit code 1 (2 for
 bad usage).
@@ -199,6 +199,7 @@ def _parser() -> argparse.ArgumentParser:
         "PIKKU_MONGO_UI_TOKEN keeps it out of the process list",
     )
     ui.add_argument("--read-only", action="store_true", help="offer no actions")
+    ui.add_argument("--refresh", type=float, default=5.0, help="seconds between live refreshes (5)")
     ui.add_argument(
         "--trace-url", help="link to each run's trace, e.g. https://jaeger/trace/{trace_id}"
     )
@@ -236,6 +237,7 @@ def _ui(args: argparse.Namespace) -> int:
                 token=token,
                 read_only=args.read_only,
                 trace_url=args.trace_url,
+                refresh_seconds=args.refresh,
             )
         )
     except KeyboardInterrupt:

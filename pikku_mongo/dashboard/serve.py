@@ -66,6 +66,7 @@ async def serve(
     token: str | None = None,
     read_only: bool = False,
     trace_url: str | None = None,
+    refresh_seconds: float = 5.0,
 ) -> None:
     """Serve the dashboard of the store at ``uri`` until interrupted."""
     check_bind(host, token)
@@ -73,7 +74,13 @@ async def serve(
     store = MongoStore.from_uri(uri, serverSelectionTimeoutMS=CONNECT_TIMEOUT_MS)
     try:
         engine = Engine(store)
-        app = dashboard_app(engine, token=token, read_only=read_only, trace_url=trace_url)
+        app = dashboard_app(
+            engine,
+            token=token,
+            read_only=read_only,
+            trace_url=trace_url,
+            refresh_seconds=refresh_seconds,
+        )
         # One ping first: an unreachable server fails here, once, within the timeout.
         await store.database.command("ping")
         workflows = await engine.list_workflows()
