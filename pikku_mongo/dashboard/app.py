@@ -147,6 +147,15 @@ def _is_htmx(request: Request) -> bool:
     return request.headers.get("hx-request") == "true"
 
 
+def _links(request: Request) -> Links:
+    """Links under the path this request reached the dashboard at (its mount)."""
+    return Links(request.scope.get("root_path", ""))
+
+
+def _redirect(url: str) -> Response:
+    return RedirectResponse(url, status_code=303)
+
+
 class Dashboard:
     """The dashboard's pages over one Engine; :func:`dashboard_app` builds its app."""
 
@@ -212,11 +221,10 @@ class Dashboard:
         self, request: Request, template: str, context: dict[str, Any], code: int = 200
     ) -> Response:
         """A page (or, for htmx, a fragment) with the CSRF token of this browser."""
-        root = request.scope.get("root_path", "")
         cookie, new = self.security.csrf_cookie(request)
         context = {"page": None, **context}
         html = self.env.get_template(template).render(
-            links=Links(root),
+            links=_links(request),
             nav=NAV,
             title=self.title,
             read_only=self.read_only,
@@ -241,7 +249,7 @@ class Dashboard:
             name,
             value,
             max_age=max_age,
-            path=request.scope.get("root_path", "") or "/",
+            path=_links(request).root or "/",
             secure=request.url.scheme == "https",
             httponly=True,
             samesite="strict",
@@ -252,8 +260,7 @@ class Dashboard:
 
     def _denied(self, request: Request, denied: Denied) -> Response:
         if denied.login and request.method == "GET" and not _is_htmx(request):
-            root = request.scope.get("root_path", "")
-            return RedirectResponse(Links(root).login(), status_code=303)
+            return _redirect(_links(request).login())
         return self.error(request, denied.status, denied.message)
 
     def _guard(self, handler: Handler, *, public: bool = False) -> Handler:
@@ -290,7 +297,7 @@ class Dashboard:
     # ---- pages --------------------------------------------------------------------
 
     async def index(self, request: Request) -> Response:
-        return RedirectResponse(Links(request.scope.get("root_path", "")).runs(), 303)
+        return _redirect(_links(request).runs())
 
     async def runs(self, request: Request) -> Response:
         """The runs list: counts by status, filters, a keyset-paginated page."""
@@ -389,14 +396,12 @@ class Dashboard:
         run_id, action, _ = checked
         await perform(self.engine, action, run_id)
         log.info("dashboard: %s on run %r", action.name, run_id)
-        root = request.scope.get("root_path", "")
-        return RedirectResponse(Links(root).run(run_id, done=action.name), status_code=303)
+        return _redirect(_links(request).run(run_id, done=action.name))
 
     async def login(self, request: Request) -> Response:
         """The login form (a token is set), and its POST, which sets the session cookie."""
-        root = request.scope.get("root_path", "")
         if not self.security.login_enabled:
-            return RedirectResponse(Links(root).runs(), status_code=303)
+            return _redirect(_links(request).runs())
         if request.method == "GET":
             return self.render(request, "login.html", {"page": "login", "failed": False})
         form = await read_form(request)
@@ -407,7 +412,7 @@ class Dashboard:
         if len(given) != 1 or not self.security.token_matches(given[0]):
             await asyncio.sleep(0.2)  # slows guessing down a little
             return self.render(request, "login.html", {"page": "login", "failed": True}, 401)
-        response = RedirectResponse(Links(root).runs(), status_code=303)
+        response = _redirect(_links(request).runs())
         session = self.security.new_session()
         self._set_cookie(request, response, SESSION_COOKIE, session, max_age=SESSION_SECONDS)
         return response
@@ -418,9 +423,8 @@ class Dashboard:
         denied = self.security.check_post(request, form)
         if denied is not None:
             return self.error(request, denied.status, denied.message)
-        root = request.scope.get("root_path", "")
-        response = RedirectResponse(Links(root).login(), status_code=303)
-        response.delete_cookie(SESSION_COOKIE, path=root or "/")
+        response = _redirect(_links(request).login())
+        response.delete_cookie(SESSION_COOKIE, path=_links(request).root or "/")
         return response
 
 
