@@ -119,27 +119,35 @@ class Links:
         self.root = root
 
     def runs(self, query: str = "") -> str:
+        """The runs list, with ``query`` (``?...``) as its filters."""
         return f"{self.root}/runs{query}"
 
     def run(self, run_id: str, **extra: str) -> str:
+        """A run's page: the id travels URL-encoded in the query, whatever it holds."""
         return f"{self.root}/run?{urlencode({'id': run_id, **extra})}"
 
     def confirm(self) -> str:
+        """The confirm page of an action (a GET form's target)."""
         return f"{self.root}/run/confirm"
 
     def action(self) -> str:
+        """Where confirmed actions are posted."""
         return f"{self.root}/run/action"
 
     def login(self) -> str:
+        """The login form."""
         return f"{self.root}/login"
 
     def logout(self) -> str:
+        """Where logging out is posted."""
         return f"{self.root}/logout"
 
     def static(self, name: str) -> str:
+        """A file served from the package's ``static/`` folder."""
         return f"{self.root}/static/{name}"
 
     def page(self, item: NavItem) -> str:
+        """A top-level page of the navigation."""
         return f"{self.root}{item.path}"
 
 
@@ -256,6 +264,7 @@ class Dashboard:
         )
 
     def error(self, request: Request, status: int, message: str) -> Response:
+        """An error page with its HTTP status."""
         return self.render(request, "error.html", {"code": status, "message": message}, status)
 
     def _denied(self, request: Request, denied: Denied) -> Response:
@@ -297,6 +306,7 @@ class Dashboard:
     # ---- pages --------------------------------------------------------------------
 
     async def index(self, request: Request) -> Response:
+        """The root: the runs list."""
         return _redirect(_links(request).runs())
 
     async def runs(self, request: Request) -> Response:

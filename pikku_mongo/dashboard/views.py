@@ -103,6 +103,7 @@ class Span:
 
     @property
     def seconds(self) -> float:
+        """How long the attempt or the wait took (so far)."""
         return max(0.0, (self.end - self.start).total_seconds())
 
     @property
@@ -119,6 +120,8 @@ class Span:
 
 @dataclass(frozen=True)
 class Bar:
+    """A span drawn: its rectangle and CSS classes (kind and outcome)."""
+
     span: Span
     x: float
     y: float
@@ -129,6 +132,8 @@ class Bar:
 
 @dataclass(frozen=True)
 class Lane:
+    """A step's row: its name, the label drawn (shortened) and its top."""
+
     step: str
     label: str
     y: float
@@ -136,6 +141,8 @@ class Lane:
 
 @dataclass(frozen=True)
 class Tick:
+    """A mark on the time axis, labelled with the time since the axis began."""
+
     x: float
     label: str
 
