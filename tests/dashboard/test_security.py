@@ -1,5 +1,6 @@
 """The dashboard's safety: access (token, auth callable, loopback only), CSRF and origin
-checks on every POST, read-only mode, response headers, and mounting under a prefix."""
+checks on every POST, read-only mode, response headers, and mounting under a prefix; on
+both stores, like the pages."""
 
 from __future__ import annotations
 
@@ -20,9 +21,8 @@ TOKEN = "s3cret-token-for-tests"
 
 
 @pytest.fixture
-async def waiting() -> AsyncIterator[tuple[Engine, str]]:
-    """A client engine on an in-memory store with one run waiting for an event."""
-    engine = Engine(InMemoryStore(), lease_ttl="5s")
+async def waiting(engine: Engine) -> AsyncIterator[tuple[Engine, str]]:
+    """A client engine (on each store) with one run waiting for an event."""
 
     @engine.workflow("waits")
     async def waits(ctx: WorkflowContext, data: Any) -> Any:
