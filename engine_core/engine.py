@@ -13,7 +13,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -33,7 +33,7 @@ from engine_core.status import RunStatus, TimelineEntry, fold_status, timeline
 from engine_core.store import Store
 from engine_core.tasks import wait_event
 from engine_core.tracing import new_run_traceparent
-from engine_core.values import check_name, check_run_id, to_stored
+from engine_core.values import MAX_RUN_ID_LENGTH, check_name, check_run_id, to_stored
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -177,12 +177,35 @@ class Engine:
         status: str | None = None,
         limit: int = 50,
         after: str | None = None,
+        *,
+        prefix: str | None = None,
+        created_since: datetime | None = None,
+        created_before: datetime | None = None,
     ) -> list[RunStatus]:
-        """Runs ordered by id; pass the last id seen as ``after`` for the next page."""
+        """Runs ordered by id; pass the last id seen as ``after`` for the next page.
+
+        ``prefix`` keeps the ids that start with it (plain characters, not a pattern);
+        ``created_since`` (inclusive) and ``created_before`` (exclusive) bound the
+        creation time (timezone-aware datetimes)."""
         if after is not None:
             check_run_id(after)
+        if prefix is not None:
+            if not isinstance(prefix, str) or len(prefix) > MAX_RUN_ID_LENGTH:
+                raise InvalidRunIdError(
+                    f"a run id prefix is a string of at most {MAX_RUN_ID_LENGTH} characters"
+                )
+            prefix = prefix or None
+        for name, moment in (("created_since", created_since), ("created_before", created_before)):
+            if moment is not None and (not isinstance(moment, datetime) or moment.tzinfo is None):
+                raise ValueError(f"{name} must be a timezone-aware datetime, not {moment!r}")
         runs = await self.store.list_runs(
-            workflow=workflow, status=status, limit=limit, after=after
+            workflow=workflow,
+            status=status,
+            limit=limit,
+            after=after,
+            prefix=prefix,
+            created_since=created_since,
+            created_before=created_before,
         )
         return [fold_status(r, []) for r in runs]
 
@@ -255,6 +278,25 @@ class Engine:
         run step by step without starting workers or recovery.
         """
         return await self._host.drive(check_run_id(run_id))
+
+    # ---- operating (the dashboard) -----------------------------------------------
+
+    async def count_runs(self, workflow: str | None = None) -> dict[str, int]:
+        """How many runs (of ``workflow``, when given) are in each status; a status with
+        no run is absent."""
+        if workflow is not None:
+            check_name(workflow, "workflow name")
+        return await self.store.count_runs(workflow=workflow)
+
+    async def list_workflows(self) -> list[str]:
+        """The names of the workflows that have runs in the store, sorted (registered
+        on this engine or not)."""
+        return await self.store.list_workflows()
+
+    async def list_children(self, run_id: str) -> list[RunStatus]:
+        """The child runs of the run, ordered by id (without their steps)."""
+        children = await self.store.list_child_runs(check_run_id(run_id))
+        return [fold_status(r, []) for r in sorted(children, key=lambda r: r.run_id)]
 
 
 def _register(registry: dict[str, Any], name: str, what: str) -> Callable[[F], F]:

@@ -199,6 +199,9 @@ class InMemoryStore:
         status: str | None,
         limit: int,
         after: str | None,
+        prefix: str | None = None,
+        created_since: datetime | None = None,
+        created_before: datetime | None = None,
     ) -> list[RunRecord]:
         found = sorted(
             (
@@ -207,6 +210,9 @@ class InMemoryStore:
                 if (workflow is None or r.workflow == workflow)
                 and (status is None or r.status == status)
                 and (after is None or r.run_id > after)
+                and (prefix is None or r.run_id.startswith(prefix))
+                and (created_since is None or r.created_at >= created_since)
+                and (created_before is None or r.created_at < created_before)
             ),
             key=lambda r: r.run_id,
         )
@@ -415,6 +421,18 @@ class InMemoryStore:
             self._leases[lease.key] = replace(
                 current, expires_at=datetime.min.replace(tzinfo=current.expires_at.tzinfo)
             )
+
+    # ---- operating (the dashboard) ----------------------------------------------
+
+    async def count_runs(self, *, workflow: str | None = None) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for run in self._runs.values():
+            if workflow is None or run.workflow == workflow:
+                counts[run.status] = counts.get(run.status, 0) + 1
+        return counts
+
+    async def list_workflows(self) -> list[str]:
+        return sorted({run.workflow for run in self._runs.values()})
 
 
 def _step_order(step: StepRecord) -> tuple[datetime, str, str]:

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from engine_core.records import ACTIVE, RunRecord, StepRecord
+from engine_core.tracing import trace_id_of
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,10 @@ class RunStatus:
     parent_run_id: str | None = None
     created_at: datetime | None = None
     updated_at: datetime | None = None
+    input: Any = None
+    parent_step: str | None = None
+    #: The run's W3C trace id (32 hex digits), to look the run up in a tracing backend.
+    trace_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,9 @@ def fold_status(run: RunRecord, steps: list[StepRecord]) -> RunStatus:
         parent_run_id=run.parent_run_id,
         created_at=run.created_at,
         updated_at=run.updated_at,
+        input=run.input,
+        parent_step=run.parent_step,
+        trace_id=trace_id_of(run.wire.get("traceparent")),
     )
 
 

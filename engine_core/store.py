@@ -127,8 +127,15 @@ class Store(Protocol):
         status: str | None,
         limit: int,
         after: str | None,
+        prefix: str | None = None,
+        created_since: datetime | None = None,
+        created_before: datetime | None = None,
     ) -> list[RunRecord]:
-        """Runs ordered by id, starting after the id ``after`` (keyset pagination)."""
+        """Runs ordered by id, starting after the id ``after`` (keyset pagination).
+
+        ``prefix``: only ids that start with it (compared as plain characters, never as a
+        pattern). ``created_since`` (inclusive) and ``created_before`` (exclusive): only
+        runs created in that range."""
 
     async def delete_runs(self, *, finished_before: datetime, limit: int) -> int:
         """Delete up to ``limit`` terminal runs last updated before ``finished_before``,
@@ -218,3 +225,13 @@ class Store(Protocol):
 
     async def release_lease(self, lease: Lease) -> None:
         """Give the lease up if still held with this token; otherwise do nothing."""
+
+    # ---- operating (the dashboard) ----------------------------------------------
+
+    async def count_runs(self, *, workflow: str | None = None) -> dict[str, int]:
+        """How many runs (of ``workflow``, when given) there are in each status; a status
+        with no run is absent. Must not read every run document where the storage can
+        count another way (one aggregation, an index)."""
+
+    async def list_workflows(self) -> list[str]:
+        """The names of the workflows of the stored runs, sorted, each once."""

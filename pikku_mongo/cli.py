@@ -7,8 +7,9 @@
     pikku-mongo recover
     pikku-mongo prune --older-than 30d
     pikku-mongo init
+    pikku-mongo ui [--host 127.0.0.1] [--port 8642] [--token T] [--read-only] [--refresh S]
 
-Every command takes ``--json``. Errors are one line on stderr, with exit code 1 (2 for
+Every command but ``ui`` takes ``--json``. Errors are one line on stderr, with exit code 1 (2 for
 bad usage).
 """
 
@@ -189,11 +190,69 @@ def _parser() -> argparse.ArgumentParser:
             action.add_argument(
                 "--compensate", action="store_true", help="run the compensations of finished steps"
             )
+    ui = sub.add_parser("ui", help="serve the web dashboard (needs the ui extra)")
+    ui.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
+    ui.add_argument("--port", type=int, default=8642, help="port to listen on (8642)")
+    ui.add_argument(
+        "--token",
+        help="require this token (Bearer header or login form); needed beyond loopback. "
+        "PIKKU_MONGO_UI_TOKEN keeps it out of the process list",
+    )
+    ui.add_argument("--read-only", action="store_true", help="offer no actions")
+    ui.add_argument("--refresh", type=float, default=5.0, help="seconds between live refreshes (5)")
+    ui.add_argument(
+        "--trace-url", help="link to each run's trace, e.g. https://jaeger/trace/{trace_id}"
+    )
     return parser
+
+
+def _one_line(exc: BaseException) -> str:
+    """An error as one line: a driver's topology description is cut off."""
+    text = str(exc).split(", Timeout:", 1)[0].splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def _ui(args: argparse.Namespace) -> int:
+    """``pikku-mongo ui``: checks come first, so a refusal needs no server."""
+    try:
+        from pikku_mongo.dashboard.serve import RefusedToServe, check_bind, serve
+    except ImportError as exc:
+        print(
+            f"pikku-mongo: the dashboard needs the ui extra ({exc.name or exc} is missing): "
+            "pip install 'pikku-mongo[ui]'",
+            file=sys.stderr,
+        )
+        return 1
+    token = args.token or os.environ.get("PIKKU_MONGO_UI_TOKEN") or None
+    uri = os.environ.get("MONGODB_URI")
+    try:
+        check_bind(args.host, token)
+        if not uri:
+            raise RefusedToServe("set MONGODB_URI (with a database name in its path)")
+        asyncio.run(
+            serve(
+                uri,
+                host=args.host,
+                port=args.port,
+                token=token,
+                read_only=args.read_only,
+                trace_url=args.trace_url,
+                refresh_seconds=args.refresh,
+            )
+        )
+    except KeyboardInterrupt:
+        return 0
+    except Exception as exc:  # one line, whatever the driver or the server raises
+        name = "" if isinstance(exc, RefusedToServe | ValueError) else f"{type(exc).__name__}: "
+        print(f"pikku-mongo: {name}{_one_line(exc)}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "ui":
+        return _ui(args)
     uri = os.environ.get("MONGODB_URI")
     if not uri:
         print("pikku-mongo: set MONGODB_URI (with a database name in its path)", file=sys.stderr)

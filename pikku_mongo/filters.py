@@ -127,3 +127,29 @@ def scheduled_match(after: StepPage | None) -> Doc:
             {"due_at": due, "run_id": run_id, "key": {"$gt": key}},
         ]
     return match
+
+
+def _successor(text: str) -> str | None:
+    """The least string greater than every string that starts with ``text`` (code point
+    order, which is UTF-8 byte order: how MongoDB and both test servers compare), or None
+    when there is none (``text`` is empty or only U+10FFFF)."""
+    while text:
+        last = ord(text[-1]) + 1
+        if last == 0xD800:  # surrogates never reach the server; skip past them
+            last = 0xE000
+        if last <= 0x10FFFF:
+            return text[:-1] + chr(last)
+        text = text[:-1]
+    return None
+
+
+def id_prefix_range(prefix: str) -> Doc:
+    """``_id`` bounds matching exactly the ids that start with ``prefix``: a range on the
+    packed id (``pack`` maps each character on its own, so it keeps prefixes), which the
+    ``_id`` index serves, never a pattern."""
+    low = pack(check_str(prefix, "run id prefix"))
+    bounds: Doc = {"$gte": low}
+    high = _successor(low)
+    if high is not None:
+        bounds["$lt"] = high
+    return bounds

@@ -76,6 +76,7 @@ from pikku_mongo.filters import (
     check_changes,
     claim_filter,
     guard_filter,
+    id_prefix_range,
     lapsed_claims_filter,
     scheduled_match,
     step_id,
@@ -341,8 +342,12 @@ class MongoStore:
         status: str | None,
         limit: int,
         after: str | None,
+        prefix: str | None = None,
+        created_since: datetime | None = None,
+        created_before: datetime | None = None,
     ) -> list[RunRecord]:
-        """1 find."""
+        """1 find: by ``_id`` order with a limit; ``after`` and ``prefix`` are bounds on
+        ``_id``, so the ``_id`` index serves them."""
         if check_int(limit, "limit") <= 0:
             return []
         query: Doc = {}
@@ -350,8 +355,20 @@ class MongoStore:
             query["workflow"] = pack(cast(str, workflow))
         if check_opt_str(status, "run status") is not None:
             query["status"] = status
+        ids: Doc = {}
+        if check_opt_str(prefix, "run id prefix") is not None:
+            ids.update(id_prefix_range(cast(str, prefix)))
         if check_opt_str(after, "after") is not None:
-            query["_id"] = {"$gt": pack(cast(str, after))}
+            ids["$gt"] = pack(cast(str, after))
+        if ids:
+            query["_id"] = ids
+        created: Doc = {}
+        if created_since is not None:
+            created["$gte"] = to_us(check_datetime(created_since, "created_since"))
+        if created_before is not None:
+            created["$lt"] = to_us(check_datetime(created_before, "created_before"))
+        if created:
+            query["created_at"] = created
         docs = await self.runs.find(query).sort(_BY_ID).limit(limit).to_list()
         return [run_from_doc(doc) for doc in docs]
 
@@ -653,6 +670,32 @@ class MongoStore:
             },
             {"$set": lease_expiry(EPOCH, gc_from=utcnow())},
         )
+
+    # ---- operating (the dashboard) ----------------------------------------------
+
+    @transient_retry
+    async def count_runs(self, *, workflow: str | None = None) -> dict[str, int]:
+        """1 aggregate: a ``$match``, then ``$group`` on status. Unfiltered, the match is
+        a range over every status (each is a string), so MongoDB can count from the
+        (status, updated_at) index without fetching the documents; of one workflow, the
+        workflow index serves it. (On nx-27017 the range costs nothing, while a ``$sort``
+        or an ``$in`` there made the count 15 to 20 times slower at 100,000 runs.)"""
+        if check_opt_str(workflow, "workflow") is not None:
+            match: Doc = {"workflow": pack(cast(str, workflow))}
+        else:
+            match = {"status": {"$gte": ""}}
+        pipeline: list[Doc] = [
+            {"$match": match},
+            {"$group": {"_id": "$status", "n": {"$sum": 1}}},
+        ]
+        cursor = await self.runs.aggregate(pipeline)
+        return {cast(str, doc["_id"]): int(doc["n"]) for doc in await cursor.to_list()}
+
+    @transient_retry
+    async def list_workflows(self) -> list[str]:
+        """1 distinct on ``workflow`` (the workflow index serves it)."""
+        names = await self.runs.distinct("workflow")
+        return sorted(unpack(name) for name in names if isinstance(name, str))
 
 
 def _database_name(uri: str) -> str | None:

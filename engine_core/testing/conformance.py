@@ -532,3 +532,64 @@ class StoreConformance:
         assert await store.find_unnotified_steps(utcnow() - timedelta(seconds=60), 10) == []
         await store.update_step("r", "untold", guard=StepGuard(), changes={"notified": True})
         assert await store.find_unnotified_steps(later, 10) == []
+
+    # ---- operating (the dashboard) ----------------------------------------------
+
+    async def test_list_runs_filters_by_id_prefix(self, store: Store) -> None:
+        ids = ["a", "ab", "abc", "abd", "ab\x00x", "ab\x01y", "ab.*", "ab\uffff", "ab\U0001f600"]
+        ids += ["ac", "b", "$ne", "a\x00", "ab/?#<"]
+        for run_id in ids:
+            await store.insert_run(make_run(run_id))
+
+        async def listed(prefix: str, after: str | None = None, limit: int = 50) -> list[str]:
+            runs = await store.list_runs(
+                workflow=None, status=None, limit=limit, after=after, prefix=prefix
+            )
+            return [r.run_id for r in runs]
+
+        for prefix in ("ab", "ab.", "ab\x00", "ab\x01", "a\x00", "$", "ab\uffff", "ab/?"):
+            assert await listed(prefix) == sorted(i for i in ids if i.startswith(prefix)), prefix
+        assert await listed("ab", after="abc") == ["abd", "ab\uffff", "ab\U0001f600"]
+        assert await listed("ab", limit=2) == ["ab", "ab\x00x"]
+        assert await listed("zz") == []
+        assert await listed(".*") == []
+        assert await listed("") == sorted(ids)
+
+    async def test_list_runs_filters_by_creation_time(self, store: Store) -> None:
+        start = utcnow() - timedelta(minutes=5)
+        for i in range(4):
+            run = make_run(f"r{i}", workflow="w" if i else "other")
+            run.created_at = start + timedelta(seconds=i)
+            await store.insert_run(run)
+
+        async def listed(**bounds: Any) -> list[str]:
+            runs = await store.list_runs(workflow=None, status=None, limit=50, after=None, **bounds)
+            return [r.run_id for r in runs]
+
+        one, three = start + timedelta(seconds=1), start + timedelta(seconds=3)
+        assert await listed(created_since=one) == ["r1", "r2", "r3"]
+        assert await listed(created_before=three) == ["r0", "r1", "r2"]
+        assert await listed(created_since=one, created_before=three) == ["r1", "r2"]
+        assert await listed(created_since=three, created_before=one) == []
+        runs = await store.list_runs(
+            workflow="w", status="running", limit=1, after="r1", created_since=one, prefix="r"
+        )
+        assert [r.run_id for r in runs] == ["r2"]
+
+    async def test_count_runs_by_status(self, store: Store) -> None:
+        assert await store.count_runs() == {}
+        for i in range(7):
+            await store.insert_run(make_run(f"r{i}", workflow="w1" if i < 5 else "w2"))
+        for run_id in ("r0", "r1", "r5"):
+            await store.set_run_status(run_id, "failed", expect=("running",))
+        await store.set_run_status("r2", "suspended", expect=("running",))
+        assert await store.count_runs() == {"running": 3, "failed": 3, "suspended": 1}
+        assert await store.count_runs(workflow="w1") == {"running": 2, "failed": 2, "suspended": 1}
+        assert await store.count_runs(workflow="w2") == {"running": 1, "failed": 1}
+        assert await store.count_runs(workflow="$ne") == {}
+
+    async def test_list_workflows(self, store: Store) -> None:
+        assert await store.list_workflows() == []
+        for i, workflow in enumerate(["b", "a", "b", "$x.y", "a"]):
+            await store.insert_run(make_run(f"r{i}", workflow=workflow))
+        assert await store.list_workflows() == ["$x.y", "a", "b"]
