@@ -17,8 +17,10 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS: list[set[str]] = [
     {"errors", "records", "tasks", "tracing"},
     {"durations", "values", "store", "mirror", "status", "timers"},
-    {"memory", "runtime", "context", "transitions", "leases", "testing.conformance"},
-    {"attempt", "control", "testing"},
+    {"memory", "runtime", "context", "transitions", "leases", "testing.builders"},
+    {"attempt", "control", "testing.run_cases", "testing.step_cases", "testing.event_lease_cases"},
+    {"testing.conformance"},
+    {"testing"},
     {"pass_state"},
     {"inline", "waits"},
     {"run_pass"},

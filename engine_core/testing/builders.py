@@ -1,0 +1,51 @@
+"""Records the conformance cases build."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from engine_core.records import (
+    RunRecord,
+    StepRecord,
+    utcnow,
+)
+from engine_core.store import Store
+
+
+def make_run(run_id: str = "run-1", workflow: str = "wf", **extra: Any) -> RunRecord:
+    now = utcnow()
+    return RunRecord(
+        run_id=run_id,
+        workflow=workflow,
+        status="running",
+        input={"n": 1},
+        created_at=now,
+        updated_at=now,
+        **extra,
+    )
+
+
+def make_job(
+    run_id: str, key: str, *, due_in: float = -1.0, function: str = "fn", **extra: Any
+) -> StepRecord:
+    now = utcnow()
+    return StepRecord(
+        run_id=run_id,
+        key=key,
+        kind="dispatch",
+        status="scheduled",
+        function=function,
+        payload={"k": key},
+        max_attempts=3,
+        due_at=now + timedelta(seconds=due_in),
+        scheduled_at=now,
+        updated_at=now,
+        **extra,
+    )
+
+
+async def begin(store: Store, run_id: str = "run-1") -> int:
+    run = await store.begin_pass(run_id)
+    assert run is not None
+    return run.token

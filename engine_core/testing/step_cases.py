@@ -1,0 +1,184 @@
+"""Conformance cases for steps: guarded updates, claims, the scheduled scan."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+from engine_core.records import (
+    AttemptEntry,
+    StepGuard,
+    StepPage,
+    utcnow,
+)
+from engine_core.store import Store
+from engine_core.testing.builders import make_job
+
+
+class StepCases:
+    """What a store must do with steps and queue jobs."""
+
+    # ---- steps ------------------------------------------------------------------
+
+    async def test_insert_step_once(self, store: Store) -> None:
+        job = make_job("run-1", "s")
+        assert await store.insert_step(job)
+        assert not await store.insert_step(make_job("run-1", "s", function="other"))
+        got = await store.get_step("run-1", "s")
+        assert got is not None and got.function == "fn" and got.payload == {"k": "s"}
+        assert got.max_attempts == 3 and got.kind == "dispatch"
+        assert await store.get_step("run-1", "nope") is None
+
+    async def test_concurrent_inserts_of_one_step_make_one_row(self, store: Store) -> None:
+        results = await asyncio.gather(
+            *(store.insert_step(make_job("run-1", "s", function=f"f{i}")) for i in range(10))
+        )
+        assert results.count(True) == 1
+        assert len(await store.load_steps("run-1")) == 1
+
+    async def test_concurrent_upserts_of_one_step_make_one_row(self, store: Store) -> None:
+        async def upsert(attempt: int) -> bool:
+            return await store.update_step(
+                "run-1",
+                "s",
+                guard=StepGuard(attempts_below=attempt, missing_ok=True),
+                changes={"status": "succeeded", "attempts": attempt, "kind": "inline"},
+            )
+
+        results = await asyncio.gather(*(upsert(1) for _ in range(10)))
+        assert results.count(True) == 1
+        assert len(await store.load_steps("run-1")) == 1
+
+    async def test_update_step_fences_by_attempt(self, store: Store) -> None:
+        entry = AttemptEntry(attempt=2, status="succeeded", at=utcnow(), started_at=utcnow())
+        assert await store.update_step(
+            "run-1",
+            "s",
+            guard=StepGuard(attempts_below=2, missing_ok=True),
+            changes={
+                "kind": "inline",
+                "status": "succeeded",
+                "attempts": 2,
+                "result": {"v": [1, "$a"]},
+                "compensable": True,
+            },
+            entry=entry,
+        )
+        # A zombie of attempt 1 or a repeat of attempt 2 cannot overwrite it.
+        for stale in (1, 2):
+            assert not await store.update_step(
+                "run-1",
+                "s",
+                guard=StepGuard(attempts_below=stale, missing_ok=True),
+                changes={"status": "failed", "attempts": stale},
+            )
+        got = await store.get_step("run-1", "s")
+        assert got is not None
+        assert (got.status, got.attempts, got.result) == ("succeeded", 2, {"v": [1, "$a"]})
+        assert got.compensable is True
+        assert got.history == [entry]
+
+    async def test_update_step_guards_and_history(self, store: Store) -> None:
+        await store.insert_step(make_job("run-1", "s"))
+        assert not await store.update_step(
+            "run-1", "s", guard=StepGuard(status_in=("running",)), changes={"status": "failed"}
+        )
+        assert not await store.update_step(
+            "run-1",
+            "missing",
+            guard=StepGuard(status_in=("scheduled",)),
+            changes={"status": "failed"},
+        )
+        first = AttemptEntry(
+            attempt=1, status="failed", at=utcnow(), error={"type": "E", "message": "m"}
+        )
+        second = AttemptEntry(attempt=2, status="succeeded", at=utcnow())
+        assert await store.update_step(
+            "run-1",
+            "s",
+            guard=StepGuard(status_in=("scheduled",)),
+            changes={"status": "pending", "error": first.error},
+            entry=first,
+        )
+        assert await store.update_step(
+            "run-1",
+            "s",
+            guard=StepGuard(attempts=0),
+            changes={"status": "succeeded", "result": None, "error": None},
+            entry=second,
+        )
+        got = await store.get_step("run-1", "s")
+        assert got is not None and got.history == [first, second] and got.error is None
+
+    async def test_claim_takes_the_job_due_first(self, store: Store) -> None:
+        await store.insert_step(make_job("r", "late", due_in=-1))
+        await store.insert_step(make_job("r", "early", due_in=-5))
+        await store.insert_step(make_job("r", "future", due_in=60))
+        await store.insert_step(make_job("r", "other-fn", due_in=-9, function="other"))
+        first = await store.claim_step(["fn"], holder="w1", claim_ttl=30)
+        second = await store.claim_step(["fn"], holder="w1", claim_ttl=30)
+        assert first is not None and second is not None
+        assert (first.key, second.key) == ("early", "late")
+        assert first.status == "running" and first.attempts == 1
+        assert first.claim_holder == "w1" and first.claim_expires_at is not None
+        assert await store.claim_step(["fn"], holder="w1", claim_ttl=30) is None
+
+    async def test_halted_jobs_are_not_claimed(self, store: Store) -> None:
+        await store.insert_step(make_job("r", "s"))
+        await store.halt_steps("r", True)
+        assert await store.claim_step(["fn"], holder="w", claim_ttl=30) is None
+        await store.halt_steps("r", False)
+        assert await store.claim_step(["fn"], holder="w", claim_ttl=30) is not None
+
+    async def test_concurrent_claims_one_winner_per_job(self, store: Store) -> None:
+        for i in range(20):
+            await store.insert_step(make_job("r", f"s{i:02d}"))
+        claims = await asyncio.gather(
+            *(store.claim_step(["fn"], holder=f"w{i}", claim_ttl=30) for i in range(60))
+        )
+        won = [c.key for c in claims if c is not None]
+        assert sorted(won) == [f"s{i:02d}" for i in range(20)]
+
+    async def test_lapsed_claim_is_taken_back_as_a_new_attempt(self, store: Store) -> None:
+        await store.insert_step(make_job("r", "s"))
+        first = await store.claim_step(["fn"], holder="dead", claim_ttl=0.05)
+        assert first is not None and first.attempts == 1
+        assert await store.claim_step(["fn"], holder="live", claim_ttl=30) is None
+        assert await store.requeue_lapsed_claims() == 0  # still live
+        await asyncio.sleep(0.1)
+        assert await store.requeue_lapsed_claims() == 1
+        assert await store.requeue_lapsed_claims() == 0
+        second = await store.claim_step(["fn"], holder="live", claim_ttl=30)
+        assert second is not None and second.attempts == 2 and second.claim_holder == "live"
+        # The dead worker's outcome is fenced out.
+        assert not await store.update_step(
+            "r",
+            "s",
+            guard=StepGuard(status_in=("running",), attempts=1, claim_holder="dead"),
+            changes={"status": "succeeded"},
+        )
+        assert not await store.extend_claim("r", "s", holder="dead", attempt=1, claim_ttl=30)
+        assert await store.extend_claim("r", "s", holder="live", attempt=2, claim_ttl=30)
+
+    async def test_scheduled_steps_page_by_key(self, store: Store) -> None:
+        base = utcnow()
+        for i in range(25):
+            job = make_job(f"r{i % 3}", f"s{i:02d}")
+            job.kind = "sleep"
+            job.due_at = base + timedelta(seconds=i // 5)  # ties on due_at
+            await store.insert_step(job)
+        done = make_job("r0", "finished")
+        done.status = "succeeded"
+        await store.insert_step(done)
+        seen: list[tuple[str, str]] = []
+        after: StepPage | None = None
+        while True:
+            page = await store.find_scheduled_steps(4, after)
+            seen.extend((s.run_id, s.key) for s in page)
+            if len(page) < 4:
+                break
+            last = page[-1]
+            assert last.due_at is not None
+            after = StepPage(last.due_at, last.run_id, last.key)
+        assert len(seen) == 25 and len(set(seen)) == 25
+        assert ("r0", "finished") not in seen
