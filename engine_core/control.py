@@ -108,13 +108,16 @@ class RunControl:
         run = await self.get(run_id)
         if run.status != "failed":
             raise ValueError(f"run {run_id!r} is {run.status}; only a failed run can be retried")
+        if run.journal:
+            # The failed step's outcome may be in the journal only: copy it out first.
+            await self.store.save_steps(list(run.journal.values()))
         failed_step = (run.error or {}).get("step")
         if isinstance(failed_step, str):
             step = await self.store.get_step(run_id, failed_step)
             if step is not None and step.status == "failed":
                 await write(self.store, run_id, failed_step, retried(step))
         updated = await self.store.set_run_status(
-            run_id, "running", expect=("failed",), request_pass=True
+            run_id, "running", expect=("failed",), request_pass=True, forget=list(run.journal)
         )
         if updated is not None:
             await mirror_run(self.runtime.mirror, updated)
@@ -139,10 +142,10 @@ class RunControl:
     ) -> None:
         """After a run moved to ``status`` in the store: mirror it; when terminal, settle its
         parent's step and wake local waiters."""
-        if self.runtime.mirror is not None:
-            ended = replace(run, status=status, output=output, error=error, inflight={})
-            await mirror_run(self.runtime.mirror, ended)
-        self.runtime.run_settled(run.run_id)
+        ended = replace(run, status=status, output=output, error=error, inflight={}, journal={})
+        await mirror_run(self.runtime.mirror, ended)
+        if status in TERMINAL:
+            self.runtime.run_settled(ended)
         if run.parent_run_id is None or run.parent_step is None or status not in TERMINAL:
             return
         await self.settle_parent_step(

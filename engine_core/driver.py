@@ -1,8 +1,9 @@
 """Driving a run: take its lease, give it passes while it is owed them, let go.
 
-One pass at a time per run: a pass holds the run's lease. A trigger that comes while a
-pass runs finds the lease taken and leaves the pass owed (``pending_pass``); the holder
-looks for it once the lease is free, so no trigger is lost.
+One pass at a time per run: a pass holds the run's lease, which lives on the run
+itself (taking it is the write that begins the pass). A trigger that comes while a pass
+runs leaves the pass owed (``pending_pass``, or a local note when it comes from this
+process); the pass cannot park over it, and the holder runs another.
 """
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ import asyncio
 from collections.abc import Callable
 
 from engine_core.control import RunControl
-from engine_core.leases import holding
-from engine_core.records import ACTIVE
+from engine_core.leases import KeepAlive
+from engine_core.records import ACTIVE, RunRecord
 from engine_core.run_pass import PassEnd, RunPass
 from engine_core.runtime import Runtime
 from engine_core.store import Store
@@ -26,23 +27,45 @@ class Driver:
         self.runtime = runtime
         self.control = control
         self._driving: set[str] = set()
+        # Runs this process kicked while it drove them: each gets one more pass.
+        self._again: set[str] = set()
         # Passes in flight, bounded too: hundreds of passes started at once would each
         # take a lease whose clock runs while they queue for the store.
         self._pass_slots = asyncio.Semaphore(runtime.config.concurrency)
+        self._queued = 0
 
-    def spawn(self, run_id: str, on_taken: Callable[[], None] | None = None) -> bool:
-        """Drive the run in the background unless this process already drives it;
-        ``on_taken`` is called when another process holds it."""
+    def driving(self, run_id: str) -> bool:
+        """Whether this process drives the run now."""
+        return run_id in self._driving
+
+    @property
+    def backlog(self) -> int:
+        """Drives in this process that are running or waiting for a pass slot."""
+        return self._queued
+
+    def spawn(
+        self,
+        run_id: str,
+        on_taken: Callable[[], None] | None = None,
+        *,
+        adopted: RunRecord | None = None,
+    ) -> bool:
+        """Drive the run in the background unless this process already drives it (then
+        its drive runs one more pass); ``on_taken`` is called when another process
+        holds it. ``adopted``: the run as inserted holding this process's lease, whose
+        first pass needs no begin."""
         if run_id in self._driving:
+            self._again.add(run_id)
             return False
         self._driving.add(run_id)  # at once, so a second kick before the task runs is a no-op
 
         async def go() -> None:
             try:
-                if not await self._drive(run_id) and on_taken is not None:
+                if not await self._drive(run_id, adopted) and on_taken is not None:
                     on_taken()
             finally:
                 self._driving.discard(run_id)
+                self._again.discard(run_id)
 
         self.runtime.spawn(go(), f"pass of run {run_id}")
         return True
@@ -51,46 +74,81 @@ class Driver:
         """Give the run passes here now; False if another process holds it (True when
         this process drives it already)."""
         if run_id in self._driving:
+            self._again.add(run_id)
             return True
         self._driving.add(run_id)
         try:
-            return await self._drive(run_id)
+            return await self._drive(run_id, None)
         finally:
             self._driving.discard(run_id)
+            self._again.discard(run_id)
 
-    async def _drive(self, run_id: str) -> bool:
-        async with self._pass_slots:
-            while True:
-                end = await self._one_pass(run_id)
-                if end is None:
-                    return False
-                if end == "requeued":
-                    # This process is shutting down: the run is owed to the fleet.
-                    await self.store.request_pass(run_id)
-                    return True
-                if end not in ("parked", "stopped"):
-                    return True
-                # A trigger that came while we held the lease found it taken and left
-                # the pass owed to us; it is only visible now that the lease is free.
-                again = await self.store.get_run(run_id)
-                if again is None or not again.pending_pass or again.status not in ACTIVE:
-                    return True
-
-    async def _one_pass(self, run_id: str) -> PassEnd | None:
-        """One pass under the run's lease; None if another process holds the lease."""
+    async def _drive(self, run_id: str, adopted: RunRecord | None) -> bool:
         config = self.runtime.config
-        async with holding(
-            self.store, f"run:{run_id}", self.runtime.instance_id, config.lease_ttl
-        ) as held:
-            if held is None:
+        self._queued += 1
+        try:
+            async with self._pass_slots:
+                run = adopted or await self.store.begin_pass(
+                    run_id, holder=self.runtime.instance_id, ttl=config.lease_ttl
+                )
+                if run is None:
+                    return False
+                while run is not None:
+                    self._again.discard(run_id)
+                    end = await self._pass(run)
+                    run = await self._next(run, end)
+                return True
+        finally:
+            self._queued -= 1
+
+    async def _next(self, run: RunRecord, end: PassEnd) -> RunRecord | None:
+        """After a pass: the run as the next pass begins it, or None when it is done."""
+        run_id = run.run_id
+        holder, ttl = self.runtime.instance_id, self.runtime.config.lease_ttl
+        if end == "terminal":
+            return None
+        if end == "requeued":
+            # This process is shutting down: the run is owed to the fleet.
+            await self.store.request_pass(run_id)
+            return None
+        if end == "parked":
+            if run_id not in self._again:
                 return None
-            run = await self.store.begin_pass(run_id)
-            if run is None or run.status not in ACTIVE:
-                return "terminal"
-            if self.runtime.workflow_fn(run.workflow) is None:
-                # Not ours to run: leave the pass owed for an engine that has it.
-                await self.store.request_pass(run_id)
-                return "terminal"
-            steps = await self.store.load_steps(run_id) if run.passes > 1 else []
-            run_pass = RunPass(self.store, self.runtime, self.control, run, held.lease, steps)
-            return await run_pass.execute()
+            # Kicked here while parking: the lease is free again, but ours to retake.
+            return await self.store.begin_pass(run_id, holder=holder, ttl=ttl, held=run.token)
+        # Stopped: fenced out, or the park found a pass owed. Still ours only if the
+        # token did not move on.
+        latest = await self.store.get_run(run_id)
+        if latest is None or latest.token != run.token:
+            return None
+        if latest.status in ACTIVE and (latest.pending_pass or run_id in self._again):
+            return await self.store.begin_pass(run_id, holder=holder, ttl=ttl, held=run.token)
+        await self.store.release_pass(run_id, token=run.token)
+        return None
+
+    async def _pass(self, run: RunRecord) -> PassEnd:
+        """One pass of a run whose lease this process holds (``run`` as begun)."""
+        run_id, token = run.run_id, run.token
+        if run.status not in ACTIVE:
+            await self.store.release_pass(run_id, token=token)
+            return "terminal"
+        if self.runtime.workflow_fn(run.workflow) is None:
+            # Not ours to run: leave the pass owed for an engine that has it.
+            await self.store.request_pass(run_id)
+            await self.store.release_pass(run_id, token=token)
+            return "terminal"
+        steps = await self.store.load_steps(run_id) if run.passes > 1 else []
+        ttl = self.runtime.config.lease_ttl
+
+        async def renew() -> bool:
+            return await self.store.extend_pass(run_id, token=token, ttl=ttl)
+
+        try:
+            async with KeepAlive(renew, ttl, f"the lease of run {run_id!r}"):
+                run_pass = RunPass(self.store, self.runtime, self.control, run, steps)
+                return await run_pass.execute()
+        except BaseException:
+            # Cancelled (a shutdown past its grace) or broken: let the fleet take the run
+            # now instead of when the lease lapses.
+            await self.store.release_pass(run_id, token=token)
+            raise

@@ -9,7 +9,6 @@ recovery, run control); the engine wires them together through a
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 from collections.abc import Callable
@@ -31,7 +30,6 @@ from engine_core.recovery import RecoveryReport, WorkflowRecovery
 from engine_core.runtime import EngineConfig
 from engine_core.status import RunStatus, TimelineEntry, fold_status, timeline
 from engine_core.store import Store
-from engine_core.tasks import wait_event
 from engine_core.tracing import new_run_traceparent
 from engine_core.values import MAX_RUN_ID_LENGTH, check_name, check_run_id, to_stored
 
@@ -134,6 +132,16 @@ class Engine:
             updated_at=now,
             wire={"traceparent": new_run_traceparent(), "started_by": self.instance_id},
         )
+        host = self._host
+        adopt = host.serving and host.driver.backlog < 2 * self.config.concurrency
+        if adopt:
+            # Inserted holding this process's lease: its first pass starts at once,
+            # with no write to begin it.
+            run.token = run.passes = 1
+            run.pending_pass = False
+            run.open_pass = True
+            run.lease_holder = self.instance_id
+            run.lease_expires_at = now + timedelta(seconds=self.config.lease_ttl)
         existing = await self.store.insert_run(run)
         if existing is not None:
             if existing.workflow != workflow:
@@ -143,7 +151,10 @@ class Engine:
                 )
             return run_id
         await mirror_run(self.mirror, run)
-        self._host.kick(run_id)
+        if adopt:
+            host.adopt(run)
+        else:
+            host.kick(run_id)
         return run_id
 
     async def send_event(self, run_id: str, name: str, payload: Any = None) -> None:
@@ -215,21 +226,17 @@ class Engine:
         Raises WorkflowRunFailedError or WorkflowRunCancelledError for a run that did not
         complete, and TimeoutError past ``timeout`` seconds.
         """
-        loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
-        delay = 0.002
-        while True:
-            run = await self._control.get(run_id)
-            if run.status in TERMINAL:
-                return _outcome(run)
-            wait = delay
-            if deadline is not None:
-                left = deadline - loop.time()
-                if left <= 0:
-                    raise TimeoutError(f"run {run_id!r} is still {run.status} after {timeout} s")
-                wait = min(wait, left)
-            await wait_event(self._host.settled, wait)
-            delay = min(delay * 2, 0.25)
+        check_run_id(run_id)
+        try:
+            run = await self._host.waiters.wait(run_id, timeout)
+        except TimeoutError:
+            now = await self._control.get(run_id)
+            if now.status not in TERMINAL:
+                raise TimeoutError(
+                    f"run {run_id!r} is still {now.status} after {timeout} s"
+                ) from None
+            run = now
+        return _outcome(run)
 
     async def cancel(self, run_id: str, *, compensate: bool = False) -> None:
         """Stop the run for good; with ``compensate`` its compensations run first."""

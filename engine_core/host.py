@@ -17,10 +17,12 @@ from typing import Any
 from engine_core.control import RunControl
 from engine_core.driver import Driver
 from engine_core.mirror import RunMirror
+from engine_core.records import RunRecord
 from engine_core.recovery import WorkflowRecovery
 from engine_core.runtime import EngineConfig, StepFn, WorkflowFn
 from engine_core.store import Store
 from engine_core.timers import Timers
+from engine_core.waiters import RunWaiters
 from engine_core.worker import Worker
 
 log = logging.getLogger("engine_core")
@@ -39,8 +41,7 @@ class Host:
         self._slots = asyncio.Semaphore(config.concurrency)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._timers = Timers()
-        #: Set (and replaced) whenever a run of this process reaches a terminal status.
-        self.settled = asyncio.Event()
+        self.waiters = RunWaiters(store, local=lambda run_id: self.driver.driving(run_id))
         self._serving = False
         self._closing = False
         self.control = RunControl(store, self)
@@ -120,6 +121,10 @@ class Host:
     def step_function_names(self) -> Sequence[str]:
         return list(self.step_functions)
 
+    def adopt(self, run: RunRecord) -> None:
+        """Drive ``run``, just inserted holding this process's lease."""
+        self.driver.spawn(run.run_id, adopted=run)
+
     def kick(self, run_id: str, on_taken: Callable[[], None] | None = None) -> bool:
         # A client runs no passes: the owed pass is in the store for the fleet.
         return self._serving and self.driver.spawn(run_id, on_taken)
@@ -145,9 +150,8 @@ class Host:
         if self._serving:
             self._timers.at(("work", due_at), due_at, self.work_arrived)
 
-    def run_settled(self, run_id: str) -> None:
-        self.settled.set()
-        self.settled = asyncio.Event()
+    def run_settled(self, run: RunRecord) -> None:
+        self.waiters.settled(run)
 
     def spawn(self, coro: Coroutine[Any, Any, Any], what: str) -> None:
         task = asyncio.ensure_future(coro)

@@ -77,7 +77,7 @@ async def _take_back_lost(p: PassState, key: str, kind: StepKind, extra: dict[st
     transition = attempt_lost(
         kind, key, lost.attempt, max_attempts, started_at=lost.started_at, extra=extra
     )
-    recorded = await p.record(key, transition)
+    recorded = p.record(key, transition)
     if exhausted:
         raise stored_failure(recorded)
     return lost.attempt
@@ -137,7 +137,7 @@ async def run_inline(
                     outcome = attempt_ended(
                         kind, attempt, "pending", started_at=started, error=error, extra=extra
                     )
-                    await p.record(key, outcome)
+                    p.record(key, outcome)
                     await asyncio.sleep(wait)
                     attempt += 1
                     continue
@@ -151,16 +151,16 @@ async def run_inline(
                     due_at=due,
                     extra=extra,
                 )
-                await p.record(key, outcome)
+                p.record(key, outcome)
                 p.runtime.arm_timer(p.run_id, due)
                 raise Parked() from None
             outcome = attempt_ended(
                 kind, attempt, "failed", started_at=started, error=error, extra=extra
             )
-            await p.record(key, outcome)
+            p.record(key, outcome)
             raise StepFailedError(key, attempt, type(exc).__name__, str(exc)) from exc
         outcome = attempt_ended(
             kind, attempt, "succeeded", started_at=started, result=stored, extra=extra
         )
-        await p.record(key, outcome)
+        p.record(key, outcome)
         return stored

@@ -84,15 +84,68 @@ class InMemoryStore:
         run = self._runs.get(run_id)
         return _clone(run) if run is not None else None
 
-    async def begin_pass(self, run_id: str) -> RunRecord | None:
+    async def get_runs(
+        self, run_ids: Sequence[str], *, status_in: Sequence[str] | None = None
+    ) -> list[RunRecord]:
+        found = (self._runs.get(run_id) for run_id in set(run_ids))
+        return [
+            _clone(r)
+            for r in found
+            if r is not None and (status_in is None or r.status in status_in)
+        ]
+
+    async def begin_pass(
+        self, run_id: str, *, holder: str, ttl: float, held: int | None = None
+    ) -> RunRecord | None:
         run = self._runs.get(run_id)
         if run is None:
+            return None
+        now = utcnow()
+        if held is None:
+            if run.lease_expires_at is not None and run.lease_expires_at > now:
+                return None
+        elif run.token != held:
             return None
         run.token += 1
         run.passes += 1
         run.pending_pass = False
         run.open_pass = True
-        return _clone(run)
+        run.lease_holder = holder
+        run.lease_expires_at = now + timedelta(seconds=ttl)
+        changed, run.changed = run.changed, []
+        begun = _clone(run)
+        begun.changed = changed
+        return begun
+
+    async def extend_pass(self, run_id: str, *, token: int, ttl: float) -> bool:
+        run = self._runs.get(run_id)
+        if run is None or run.token != token or run.lease_expires_at is None:
+            return False
+        run.lease_expires_at = utcnow() + timedelta(seconds=ttl)
+        return True
+
+    async def release_pass(self, run_id: str, *, token: int) -> None:
+        run = self._runs.get(run_id)
+        if run is not None and run.token == token:
+            run.lease_expires_at = None
+
+    def _fenced(self, run_id: str, token: int, expect: Iterable[str]) -> RunRecord | None:
+        run = self._runs.get(run_id)
+        if run is None or run.token != token or run.status not in expect:
+            return None
+        return run
+
+    @staticmethod
+    def _journal(
+        run: RunRecord, done: Iterable[str], outcomes: Sequence[StepRecord], forget: Iterable[str]
+    ) -> None:
+        for finished in done:
+            run.inflight.pop(finished, None)
+        for key in forget:
+            run.journal.pop(key, None)
+        for outcome in outcomes:
+            run.journal[outcome.key] = _clone(outcome)
+        run.updated_at = utcnow()
 
     async def start_step(
         self,
@@ -104,15 +157,31 @@ class InMemoryStore:
         attempt: int,
         started_at: datetime,
         done: Iterable[str] = (),
+        outcomes: Sequence[StepRecord] = (),
+        forget: Iterable[str] = (),
     ) -> bool:
-        run = self._runs.get(run_id)
-        if run is None or run.status != status or run.token != token:
+        run = self._fenced(run_id, token, (status,))
+        if run is None:
             return False
-        for finished in done:
-            run.inflight.pop(finished, None)
+        self._journal(run, done, outcomes, forget)
         run.inflight[key] = InflightStep(attempt=attempt, started_at=started_at)
         run.open_pass = True
-        run.updated_at = utcnow()
+        return True
+
+    async def record_steps(
+        self,
+        run_id: str,
+        *,
+        token: int,
+        status: RunState,
+        outcomes: Sequence[StepRecord],
+        done: Iterable[str] = (),
+        forget: Iterable[str] = (),
+    ) -> bool:
+        run = self._fenced(run_id, token, (status,))
+        if run is None:
+            return False
+        self._journal(run, done, outcomes, forget)
         return True
 
     async def settle_run(
@@ -124,23 +193,31 @@ class InMemoryStore:
         status: RunState | None = None,
         output: Any = None,
         error: dict[str, Any] | None = None,
+        outcomes: Sequence[StepRecord] = (),
+        forget: Iterable[str] = (),
+        idle_only: bool = False,
+        keep_lease: bool = False,
     ) -> bool:
-        run = self._runs.get(run_id)
-        if run is None or run.token != token or run.status not in expect:
+        run = self._fenced(run_id, token, expect)
+        if run is None or (idle_only and run.pending_pass):
             return False
+        self._journal(run, (), outcomes, forget)
         run.inflight = {}
         run.open_pass = False
+        if not keep_lease:
+            run.lease_expires_at = None
         if status is not None:
             run.status = status
             run.output = _clone(output)
             run.error = _clone(error)
-        run.updated_at = utcnow()
         return True
 
-    async def request_pass(self, run_id: str) -> None:
+    async def request_pass(self, run_id: str, *, changed: str | None = None) -> None:
         run = self._runs.get(run_id)
         if run is not None:
             run.pending_pass = True
+            if changed is not None and changed not in run.changed:
+                run.changed.append(changed)
 
     async def set_run_status(
         self,
@@ -150,10 +227,13 @@ class InMemoryStore:
         expect: Sequence[RunState],
         error: dict[str, Any] | None = None,
         request_pass: bool = False,
+        forget: Iterable[str] = (),
     ) -> RunRecord | None:
         run = self._runs.get(run_id)
         if run is None or run.status not in expect:
             return None
+        for key in forget:
+            run.journal.pop(key, None)
         run.status = status
         if error is not None:
             run.error = _clone(error)
@@ -241,6 +321,17 @@ class InMemoryStore:
         step = self._steps.get((run_id, key))
         return _clone(step) if step is not None else None
 
+    async def get_steps(self, run_id: str, keys: Iterable[str]) -> list[StepRecord]:
+        found = (self._steps.get((run_id, key)) for key in set(keys))
+        return [_clone(s) for s in found if s is not None]
+
+    async def save_steps(self, steps: Sequence[StepRecord]) -> None:
+        for step in steps:
+            stored = self._steps.get((step.run_id, step.key))
+            if stored is None or stored.attempts <= step.attempts:
+                self._steps[(step.run_id, step.key)] = _clone(step)
+                self._scheduled = None
+
     async def insert_step(self, step: StepRecord) -> bool:
         if (step.run_id, step.key) in self._steps:
             return False
@@ -261,16 +352,9 @@ class InMemoryStore:
         if unknown:
             raise ValueError(f"unknown step fields {sorted(unknown)}")
         step = self._steps.get((run_id, key))
-        self._scheduled = None
         if step is None:
-            if not guard.missing_ok:
-                return False
-            base = {"kind": "inline", "status": "pending", **changes}
-            step = StepRecord(run_id=run_id, key=key, **_clone(base))
-            if entry is not None:
-                step.history.append(_clone(entry))
-            self._steps[(run_id, key)] = step
-            return True
+            return False
+        self._scheduled = None
         if not _matches(step, guard):
             return False
         for name, value in _clone(changes).items():

@@ -4,24 +4,32 @@ A pass replays the workflow body from the top. This module holds its state (the 
 the pass began, the steps as recorded, what the pass started) and the operations every
 kind of step shares: naming the step, starting an attempt (the run's token and status
 fence it), recording an outcome, and parking the pass.
+
+One write per step: an outcome is not written on its own. It rides on the write that
+starts the next step (or parks or ends the pass), into the run's journal
+(:mod:`engine_core.journal`); the body between two steps is deterministic, so the
+outcome only has to be durable by then. An outcome that would wait longer (the body
+awaits something else first) goes in a write of its own as soon as the body yields.
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, NoReturn, TypeVar
 
 from engine_core.control import RunControl
 from engine_core.errors import StepFailedError
+from engine_core.journal import FLUSH_AT, LARGE_OUTCOME, merged
 from engine_core.mirror import mirror_step
-from engine_core.records import Lease, RunRecord, RunState, StepRecord, utcnow
+from engine_core.records import RunRecord, RunState, StepRecord, utcnow
 from engine_core.runtime import Runtime
 from engine_core.store import Store
-from engine_core.transitions import Transition, write
-from engine_core.values import check_name
+from engine_core.transitions import Transition
+from engine_core.values import check_name, stored_size
 
 log = logging.getLogger("engine_core")
 
@@ -55,6 +63,13 @@ def stored_failure(step: StepRecord) -> StepFailedError:
     )
 
 
+def kept_in_journal(step: StepRecord) -> bool:
+    """Whether an outcome may stay in the run's journal once the pass ends: a finished
+    inline step. Anything else (a wake of a sleep or an event, a retry waiting out its
+    delay) must be in its step record, where recovery's sweeps look."""
+    return step.kind in ("inline", "compensation") and step.status in ("succeeded", "failed")
+
+
 class PassState:
     """The state of one pass: the run as it began, its steps, and what it started."""
 
@@ -64,15 +79,13 @@ class PassState:
         runtime: Runtime,
         control: RunControl,
         run: RunRecord,
-        lease: Lease,
-        steps: list[StepRecord],
+        steps: Sequence[StepRecord],
     ) -> None:
         self.store = store
         self.runtime = runtime
         self.control = control
         self.run = run
-        self.lease = lease
-        self.steps = {s.key: s for s in steps}
+        self.steps = merged(run, steps)
         self.status: RunState = run.status
         #: A compensating run replays only to learn its compensations.
         self.replay_only = run.status == "compensating"
@@ -81,8 +94,18 @@ class PassState:
         #: Set when the pass ended because this process is shutting down.
         self.requeue = False
         self._seen: Counter[str] = Counter()
-        # Steps recorded since the last start: their in-flight marks go with the next one.
+        # The outcomes the run's journal holds, as far as this pass wrote them.
+        self._journal: dict[str, StepRecord] = dict(run.journal)
+        # What the next write carries: outcomes recorded since the last one, the keys
+        # whose in-flight marks it clears, and journal keys copied to step records.
+        self._pending: dict[str, StepRecord] = {}
         self._done: set[str] = set()
+        self._forget: set[str] = set()
+        self._carry_armed = False
+        self._carrying: asyncio.Task[None] | None = None
+        self._copying: asyncio.Task[None] | None = None
+        self._uncopied = len(run.journal)  # outcomes journaled since the last copy
+        self._fenced = False
         self._active = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -118,12 +141,13 @@ class PassState:
 
     async def start(self, key: str, attempt: int) -> None:
         """Mark attempt ``attempt`` of ``key`` in flight (0: a step being armed), if the
-        run may still start it; else end the pass (:class:`Stopped`)."""
+        run may still start it, carrying the outcomes recorded since the last write;
+        else end the pass (:class:`Stopped`)."""
         if self.runtime.closing:
             # Shutting down: start nothing new; end the pass as if parked.
             self.requeue = True
             raise Parked()
-        done, self._done = self._done, set()
+        outcomes, done, forget = await self._take()
         ok = await self.store.start_step(
             self.run.run_id,
             token=self.run.token,
@@ -132,30 +156,144 @@ class PassState:
             attempt=attempt,
             started_at=utcnow(),
             done=done,
+            outcomes=outcomes,
+            forget=forget,
         )
-        if not ok:
-            raise Stopped()
+        await self._wrote(ok, outcomes, forget)
 
-    async def record(self, key: str, transition: Transition) -> StepRecord:
-        """Write an inline attempt's outcome, fenced: it lands only for a newer attempt."""
-        if not await write(self.store, self.run.run_id, key, transition):
-            # A newer attempt (or a zombie pass's outcome) owns the step now; the next
-            # pass replays from what is stored.
-            await self.store.request_pass(self.run.run_id)
-            raise Stopped()
-        changes = transition.changes
-        record = self.steps.get(key) or StepRecord(
-            run_id=self.run.run_id, key=key, kind=changes["kind"], status=changes["status"]
-        )
-        self.steps[key] = transition.apply(record)
+    def record(self, key: str, transition: Transition) -> StepRecord:
+        """Record an outcome of a step this pass owns: it is durable by the next write."""
+        previous = self.steps.get(key)
+        if previous is None:
+            changes = transition.changes
+            record = StepRecord(
+                run_id=self.run.run_id, key=key, kind=changes["kind"], status=changes["status"]
+            )
+        else:
+            record = copy.copy(previous)
+            record.history = list(previous.history)
+        transition.apply(record)
+        self.steps[key] = record
+        self._pending[key] = record
         self._done.add(key)
-        await mirror_step(self.runtime.mirror, record)
+        if not self._carry_armed:
+            # If the body goes on to its next step now, that write carries the outcome;
+            # if it awaits something else first, this writes it as soon as it yields.
+            self._carry_armed = True
+            asyncio.get_running_loop().call_soon(self._carry_soon)
         return record
 
-    def settled_here(self, step: StepRecord) -> None:
-        """A step this pass settled (a wake, a child): keep it, and clear its mark."""
+    def adopt(self, step: StepRecord) -> None:
+        """A step settled by a write of its own (a child run's end): take its record."""
         self.steps[step.key] = step
         self._done.add(step.key)
+
+    async def _take(self, *, wait: bool = True) -> tuple[list[StepRecord], set[str], set[str]]:
+        """What the next write carries (after the write of its own in flight, if any).
+        An outcome too large for the run's record goes to its step record first."""
+        if wait and self._carrying is not None:
+            await self._carrying
+        if self._fenced:
+            raise Stopped()
+        outcomes = list(self._pending.values())
+        large = [s for s in outcomes if stored_size(s.result, s.error) > LARGE_OUTCOME]
+        if large:
+            await self.store.save_steps(large)
+            outcomes = [s for s in outcomes if s not in large]
+            self._forget.update(s.key for s in large if s.key in self._journal)
+        forget = self._forget - {s.key for s in outcomes}
+        done = self._done
+        self._pending, self._done, self._forget = {}, set(), set()
+        return outcomes, done, forget
+
+    async def _wrote(self, ok: bool, outcomes: list[StepRecord], forget: set[str]) -> None:
+        """After a write that carried ``outcomes``: note what the journal holds now, or,
+        when the write was fenced out, make the outcomes land on their own and stop."""
+        if not ok:
+            self._fenced = True
+            if outcomes:
+                # A step that ran records its outcome even when the run was stopped.
+                await self.store.save_steps(outcomes)
+            raise Stopped()
+        for key in forget:
+            self._journal.pop(key, None)
+        for outcome in outcomes:
+            self._journal[outcome.key] = outcome
+            await mirror_step(self.runtime.mirror, outcome)
+        self._uncopied += len(outcomes)
+        if self._uncopied >= FLUSH_AT and self._copying is None:
+            self._uncopied = 0
+            self._copying = asyncio.ensure_future(self._copy_journal())
+
+    def _carry_soon(self) -> None:
+        self._carry_armed = False
+        if self._pending and self._carrying is None and not self._fenced:
+            self._carrying = asyncio.ensure_future(self._carry())
+
+    async def _carry(self) -> None:
+        try:
+            outcomes, done, forget = await self._take(wait=False)
+            ok = await self.store.record_steps(
+                self.run.run_id,
+                token=self.run.token,
+                status=self.status,
+                outcomes=outcomes,
+                done=done,
+                forget=forget,
+            )
+            try:
+                await self._wrote(ok, outcomes, forget)
+            except Stopped:
+                pass  # the next boundary sees ``_fenced``
+        finally:
+            self._carrying = None
+            if self._pending and not self._carry_armed:
+                self._carry_armed = True
+                asyncio.get_running_loop().call_soon(self._carry_soon)
+
+    async def _copy_journal(self) -> None:
+        """Copy the journal to the step records, then drop what was copied from it with
+        the next write: the run's record stays small however long the run."""
+        try:
+            snapshot = dict(self._journal)
+            await self.store.save_steps(list(snapshot.values()))
+            self._forget.update(k for k, s in snapshot.items() if self._journal.get(k) is s)
+        finally:
+            self._copying = None
+
+    async def end_writes(self) -> tuple[list[StepRecord], set[str]]:
+        """Before the write that settles the pass: every outcome still to carry, with
+        the ones that must not stay in the journal already in their step records.
+        Returns (outcomes for the settle, journal keys it drops)."""
+        if self._copying is not None:
+            await self._copying
+        outcomes, _, forget = await self._take()  # the settle clears every mark
+        settled = {s.key for s in outcomes}
+        moving = [s for s in outcomes if not kept_in_journal(s)]
+        moving += [
+            s for k, s in self._journal.items() if k not in settled and not kept_in_journal(s)
+        ]
+        if moving:
+            await self.store.save_steps(moving)
+            for step in moving:
+                if step.key in settled:  # new here: the mirror has not seen it yet
+                    await mirror_step(self.runtime.mirror, step)
+            moved = {s.key for s in moving}
+            outcomes = [s for s in outcomes if s.key not in moved]
+            forget |= moved & self._journal.keys()
+        return outcomes, forget
+
+    async def settled(self, ok: bool, outcomes: list[StepRecord], forget: set[str]) -> None:
+        """After the settling write that carried what :meth:`end_writes` returned."""
+        if not ok:
+            self._fenced = True
+            if outcomes:
+                await self.store.save_steps(outcomes)
+            return
+        for key in forget:
+            self._journal.pop(key, None)
+        for outcome in outcomes:
+            await mirror_step(self.runtime.mirror, outcome)
 
     # ---- steps beside each other, and parking ------------------------------------
 
@@ -187,3 +325,5 @@ class PassState:
         while self._active:
             self._idle.clear()
             await self._idle.wait()
+        if self._carrying is not None:
+            await asyncio.wait([self._carrying])

@@ -69,6 +69,15 @@ class RunRecord:
     inflight: dict[str, InflightStep] = field(default_factory=dict)
     # A pass began and has not settled: if its process died, only recovery sees it.
     open_pass: bool = False
+    # Who holds the run's lease (the pass in progress), and until when.
+    lease_holder: str | None = None
+    lease_expires_at: datetime | None = None
+    # Step outcomes a pass recorded on the run itself (one write per step) and not yet
+    # copied to their step records; read through ``journal.merged_steps``.
+    journal: dict[str, StepRecord] = field(default_factory=dict)
+    # Steps settled outside the passes (a worker, a child run) since the last pass began:
+    # what a pass that remembers the steps of its previous pass must read again.
+    changed: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -143,17 +152,13 @@ class Lease:
 
 @dataclass(frozen=True)
 class StepGuard:
-    """The state a step document must be in for a guarded write to land.
-
-    Every field left ``None`` is not checked. ``missing_ok`` lets the write create the
-    document when none exists (an upsert).
-    """
+    """The state a step record must be in for a guarded write to land (a missing record
+    never matches). Every field left ``None`` is not checked."""
 
     status_in: tuple[StepState, ...] | None = None
     attempts_below: int | None = None
     attempts: int | None = None
     claim_holder: str | None = None
-    missing_ok: bool = False
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from engine_core.control import RunControl
+from engine_core.journal import merged_steps
 from engine_core.leases import holding
 from engine_core.records import TERMINAL, RunRecord, StepPage, StepRecord, utcnow
 from engine_core.runtime import Runtime
@@ -240,7 +241,7 @@ class WorkflowRecovery:
     async def _sweep_stalled(self, report: RecoveryReport) -> None:
         before = utcnow() - timedelta(seconds=self.runtime.config.stalled_after)
         for run in await self.store.find_idle_runs(before, RUN_BATCH):
-            steps = await self.store.load_steps(run.run_id)
+            steps = merged_steps(run, await self.store.load_steps(run.run_id))
             if any(s.status == "scheduled" or s.status == "running" for s in steps):
                 continue  # parked on purpose; the scheduled sweep and the queue own it
             if await self._drive_unless_owned(run.run_id):

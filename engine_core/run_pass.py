@@ -59,15 +59,18 @@ class RunPass(PassState):
                     raise failure
                 return await self._fail(failure)
             stored = to_stored(output, f"output of workflow {self.run.workflow!r}")
+            return await self._end("completed", stored, None)
         except Stopped:
             return "stopped"
         except NotSerializableError as exc:
             return await self._fail(exc)
-        return await self._end("completed", stored, None)
 
     async def _settle(
         self, status: RunState | None, output: Any, error: dict[str, Any] | None
     ) -> bool:
+        """The write that ends the pass (``status`` None: it parks, unless a trigger came
+        meanwhile), carrying the outcomes still to write."""
+        outcomes, forget = await self.end_writes()
         ok = await self.store.settle_run(
             self.run.run_id,
             token=self.run.token,
@@ -75,7 +78,12 @@ class RunPass(PassState):
             status=status,
             output=output,
             error=error,
+            outcomes=outcomes,
+            forget=forget,
+            idle_only=status is None,
+            keep_lease=status == "compensating",
         )
+        await self.settled(ok, outcomes, forget)
         if ok and status is not None:
             await self.control.run_ended(self.run, status, output, error)
         return ok

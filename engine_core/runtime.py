@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from engine_core.mirror import RunMirror
+from engine_core.records import RunRecord
 
 #: ``async def fn(ctx, input)``: a registered workflow body.
 WorkflowFn = Callable[[Any, Any], Awaitable[Any]]
@@ -90,8 +91,8 @@ class Runtime(Protocol):
     def arm_work_timer(self, due_at: datetime) -> None:
         """Wake the worker when a queue job falls due at ``due_at`` (while serving)."""
 
-    def run_settled(self, run_id: str) -> None:
-        """The run reached a terminal status in this process: wake its waiters."""
+    def run_settled(self, run: RunRecord) -> None:
+        """``run`` reached a terminal status in this process: wake its waiters."""
 
     def spawn(self, coro: Coroutine[Any, Any, Any], what: str) -> None:
         """Run ``coro`` in the background, logging a failure as ``what``."""

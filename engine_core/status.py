@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from engine_core.journal import merged_steps
 from engine_core.records import ACTIVE, RunRecord, StepRecord
 from engine_core.tracing import trace_id_of
 
@@ -51,8 +52,9 @@ class TimelineEntry:
 
 
 def fold_status(run: RunRecord, steps: list[StepRecord]) -> RunStatus:
+    """The run's status from its record and its step records (and its journal)."""
     folded: dict[str, StepStatus] = {}
-    for step in sorted(steps, key=_first_seen):
+    for step in sorted(merged_steps(run, steps), key=_first_seen):
         folded[step.key] = StepStatus(step.status, step.attempts, step.result, step.error)
     if run.status in ACTIVE:
         # An inline attempt in progress lives on the run until its outcome lands.
@@ -85,6 +87,8 @@ def _first_seen(step: StepRecord) -> tuple[datetime, str]:
 
 def timeline(run: RunRecord, steps: list[StepRecord]) -> list[TimelineEntry]:
     """Every recorded transition of every attempt, oldest first."""
+    # In the order the run reached them, so that entries at the same moment keep it.
+    steps = sorted(merged_steps(run, steps), key=_first_seen)
     entries: list[TimelineEntry] = []
     for step in steps:
         if step.scheduled_at is not None:

@@ -42,17 +42,42 @@ class Store(Protocol):
         """Insert ``run`` unless a run with its id exists.
 
         Returns None when this call inserted it, else the existing run, unchanged.
-        Of any number of concurrent inserts of one id exactly one inserts.
+        Of any number of concurrent inserts of one id exactly one inserts. A run inserted
+        with a lease (``lease_holder``, ``lease_expires_at``, a token and an open pass)
+        is inserted holding it: its first pass needs no :meth:`begin_pass`.
         """
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         """The run with this id, or None."""
 
-    async def begin_pass(self, run_id: str) -> RunRecord | None:
-        """Open a pass: atomically add one to ``token`` and to ``passes``, clear
-        ``pending_pass`` and set ``open_pass``. Returns the run after the write (its
-        ``token`` fences every later write of this pass), or None when the run does not
-        exist. The caller holds the run's lease; the token outlives any lease document."""
+    async def get_runs(
+        self, run_ids: Sequence[str], *, status_in: Sequence[str] | None = None
+    ) -> list[RunRecord]:
+        """The runs with these ids that exist (and, with ``status_in``, are in one of
+        those statuses), in no particular order: one query for many waiters."""
+
+    async def begin_pass(
+        self, run_id: str, *, holder: str, ttl: float, held: int | None = None
+    ) -> RunRecord | None:
+        """Open a pass under the run's lease, in one atomic write: add one to ``token``
+        and ``passes``, clear ``pending_pass`` and ``changed``, set ``open_pass``, and
+        give the lease to ``holder`` for ``ttl`` seconds.
+
+        Without ``held`` it lands only if the run's lease is free or expired; with
+        ``held`` (the token of the pass ``holder`` just ran) only if the token is still
+        ``held``: the holder goes on under the lease it has. Returns the run after the
+        write, except that ``changed`` lists what it held before (the steps settled
+        outside passes since the previous pass began); None when the lease is live
+        elsewhere, the token moved on, or the run does not exist. The token fences every
+        later write of this pass."""
+
+    async def extend_pass(self, run_id: str, *, token: int, ttl: float) -> bool:
+        """Push the run's lease out to now + ``ttl``, if the pass ``token`` still holds
+        it; whether it did."""
+
+    async def release_pass(self, run_id: str, *, token: int) -> None:
+        """Give up the run's lease (a pass that stops without settling), if the pass
+        ``token`` still holds it."""
 
     async def start_step(
         self,
@@ -64,14 +89,29 @@ class Store(Protocol):
         attempt: int,
         started_at: datetime,
         done: Iterable[str] = (),
+        outcomes: Sequence[StepRecord] = (),
+        forget: Iterable[str] = (),
     ) -> bool:
         """Record that an attempt of step ``key`` starts, if the run may still start it.
 
         Lands only if the run's status is ``status`` and its token is ``token``: a stop
-        request or a newer pass is seen here. Sets ``open_pass`` and ``inflight[key]``
-        (a compensation after a settle reopens the pass) and removes the
-        ``done`` keys from ``inflight`` in the same write. Returns whether it landed.
-        """
+        request or a newer pass is seen here. In the same write: sets ``open_pass`` and
+        ``inflight[key]``, removes the ``done`` keys from ``inflight``, puts each of
+        ``outcomes`` (whole step records) in the run's ``journal`` under its key, and
+        removes the ``forget`` keys from the journal. Returns whether it landed."""
+
+    async def record_steps(
+        self,
+        run_id: str,
+        *,
+        token: int,
+        status: RunState,
+        outcomes: Sequence[StepRecord],
+        done: Iterable[str] = (),
+        forget: Iterable[str] = (),
+    ) -> bool:
+        """The write of :meth:`start_step` without starting a step: outcomes that cannot
+        wait for the next step boundary."""
 
     async def settle_run(
         self,
@@ -82,15 +122,23 @@ class Store(Protocol):
         status: RunState | None = None,
         output: Any = None,
         error: dict[str, Any] | None = None,
+        outcomes: Sequence[StepRecord] = (),
+        forget: Iterable[str] = (),
+        idle_only: bool = False,
+        keep_lease: bool = False,
     ) -> bool:
-        """End a pass: clear ``inflight`` and ``open_pass`` and, when ``status`` is given,
-        move the run to it
-        (with ``output`` and ``error``). Lands only if the token is ``token`` and the
-        status is one of ``expect``; returns whether it landed."""
+        """End a pass: clear ``inflight`` and ``open_pass``, free the run's lease (unless
+        ``keep_lease``: the pass goes on, as a failing run compensates), journal
+        ``outcomes`` and drop the ``forget`` keys as :meth:`start_step` does, and, when
+        ``status`` is given, move the run to it (with ``output`` and ``error``). Lands
+        only if the token is ``token``, the status is one of ``expect`` and, with
+        ``idle_only``, no pass is owed (``pending_pass`` false: a trigger came while the
+        pass ran, and the holder must run another). Returns whether it landed."""
 
-    async def request_pass(self, run_id: str) -> None:
-        """Note that the run is owed a pass (sets ``pending_pass``). Never lost: a pass
-        that begins after this call returns sees the flag cleared by its own begin."""
+    async def request_pass(self, run_id: str, *, changed: str | None = None) -> None:
+        """Note that the run is owed a pass (sets ``pending_pass``) and, with ``changed``,
+        that step ``changed`` was settled outside a pass. Never lost: a pass that begins
+        after this call returns sees the flag cleared by its own begin."""
 
     async def set_run_status(
         self,
@@ -100,11 +148,13 @@ class Store(Protocol):
         expect: Sequence[RunState],
         error: dict[str, Any] | None = None,
         request_pass: bool = False,
+        forget: Iterable[str] = (),
     ) -> RunRecord | None:
         """Move the run to ``status`` if it is in one of ``expect`` (not fenced by token:
         this is how cancel, suspend and resume act on a run a pass may hold). Sets
-        ``error`` when given and ``pending_pass`` when asked. Returns the run after the
-        write, or None when the guard failed or the run does not exist."""
+        ``error`` when given and ``pending_pass`` when asked, and drops the ``forget``
+        keys from the journal. Returns the run after the write, or None when the guard
+        failed or the run does not exist."""
 
     async def list_child_runs(self, run_id: str) -> list[RunRecord]:
         """Every run whose parent is ``run_id``."""
@@ -144,10 +194,20 @@ class Store(Protocol):
     # ---- steps ------------------------------------------------------------------
 
     async def load_steps(self, run_id: str) -> list[StepRecord]:
-        """Every step of the run."""
+        """Every step record of the run (merge its ``journal`` for the latest outcomes:
+        :func:`engine_core.journal.merged_steps`)."""
 
     async def get_step(self, run_id: str, key: str) -> StepRecord | None:
-        """One step, or None."""
+        """One step record, or None (a step whose outcome is only in its run's journal
+        is read through the run)."""
+
+    async def get_steps(self, run_id: str, keys: Iterable[str]) -> list[StepRecord]:
+        """The step records of these keys that exist, in no particular order."""
+
+    async def save_steps(self, steps: Sequence[StepRecord]) -> None:
+        """Write each step record whole, creating it if missing, unless the stored record
+        has more attempts than it has (a newer attempt's outcome is never overwritten).
+        Safe to repeat: how a run's journal is copied to its step records."""
 
     async def insert_step(self, step: StepRecord) -> bool:
         """Insert ``step`` unless (run id, key) exists; one of any concurrent inserts

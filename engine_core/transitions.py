@@ -3,7 +3,8 @@
 Each function returns a :class:`Transition`, the guard the stored step must match, the
 changes to make, and the history entry to append. This module is the only place that
 builds them; the callers write a transition with :func:`write` and, where they keep a
-copy of the step, mirror it with :meth:`Transition.apply`.
+copy of the step, mirror it with :meth:`Transition.apply`. The outcomes of a pass's own
+steps are applied by the pass and journaled (fenced by its token), not written here.
 
     pending  -> running (a pass or a claim starts an attempt)
     running  -> succeeded | failed | pending (retry soon) | scheduled (retry later)
@@ -30,7 +31,7 @@ _ENDED = ("succeeded", "failed")
 class Transition:
     """One guarded write of a step document."""
 
-    guard: StepGuard
+    guard: StepGuard = field(default_factory=StepGuard)
     changes: dict[str, Any] = field(default_factory=dict)
     entry: AttemptEntry | None = None
 
@@ -81,8 +82,8 @@ def attempt_ended(
     due_at: datetime | None = None,
     extra: dict[str, Any] | None = None,
 ) -> Transition:
-    """An inline attempt's outcome. Fenced by attempt: it lands only over an older one,
-    so a zombie pass's late outcome never overwrites a newer attempt."""
+    """An inline attempt's outcome, recorded by the pass that holds the run (the pass's
+    token fences it; see ``PassState.record``)."""
     now = utcnow()
     changes: dict[str, Any] = {
         "kind": kind,
@@ -97,9 +98,7 @@ def attempt_ended(
     if status in _ENDED:
         changes["ended_at"] = now
     return Transition(
-        StepGuard(attempts_below=attempt, missing_ok=True),
-        changes,
-        _entry(attempt, status, now, started_at=started_at, error=error),
+        changes=changes, entry=_entry(attempt, status, now, started_at=started_at, error=error)
     )
 
 
@@ -128,7 +127,7 @@ def attempt_lost(
 
 def woken(kind: StepKind, event: str | None, result: Any) -> Transition:
     """A scheduled step settles with ``result``: a sleep fell due, an event came, or a
-    wait timed out (result None). Of racing wakers one lands."""
+    wait timed out (result None). Recorded by the pass that holds the run."""
     now = utcnow()
     changes: dict[str, Any] = {
         "kind": kind,
@@ -139,11 +138,7 @@ def woken(kind: StepKind, event: str | None, result: Any) -> Transition:
         "updated_at": now,
         "ended_at": now,
     }
-    return Transition(
-        StepGuard(status_in=("scheduled",), missing_ok=True),
-        changes,
-        AttemptEntry(attempt=1, status="succeeded", at=now),
-    )
+    return Transition(changes=changes, entry=AttemptEntry(attempt=1, status="succeeded", at=now))
 
 
 def child_ended(

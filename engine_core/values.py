@@ -94,6 +94,19 @@ def to_stored(value: Any, what: str) -> Any:
     return json.loads(text)
 
 
+def stored_size(*values: Any) -> int:
+    """About how many characters ``values`` take as JSON (cheap for scalars)."""
+    size = 0
+    for value in values:
+        if value is None or isinstance(value, bool | int | float):
+            size += 8
+        elif isinstance(value, str):
+            size += len(value) + 2
+        else:
+            size += len(json.dumps(value))
+    return size
+
+
 def idempotency_key(run_id: str, step: str) -> str:
     """The stable key of a step: the same across attempts, processes and stores."""
     return str(uuid.uuid5(uuid.NAMESPACE_URL, json.dumps([run_id, step])))

@@ -13,9 +13,9 @@ from typing import Any
 from engine_core.durations import Duration, check_retry_delay, parse_duration
 from engine_core.errors import WorkflowNotRegisteredError
 from engine_core.mirror import mirror_step
-from engine_core.pass_state import Parked, PassState, Stopped, stored_failure
+from engine_core.pass_state import Parked, PassState, stored_failure
 from engine_core.records import StepKind, StepRecord, utcnow
-from engine_core.transitions import woken, write
+from engine_core.transitions import woken
 from engine_core.values import check_name, check_retries, to_stored
 
 
@@ -45,18 +45,9 @@ async def _arm(p: PassState, step: StepRecord) -> None:
     p.steps[step.key] = step
 
 
-async def _wake(p: PassState, step: StepRecord, result: Any) -> Any:
-    """Settle a scheduled step (a sleep that is due, an event, a timeout) and return its
-    result: ours, or the one already recorded if another pass settled it first."""
-    transition = woken(step.kind, step.event, result)
-    if not await write(p.store, p.run_id, step.key, transition):
-        stored = await p.store.get_step(p.run_id, step.key)
-        if stored is None or stored.status != "succeeded":
-            raise Stopped()
-        p.steps[step.key] = stored
-        return stored.result
-    p.settled_here(transition.apply(step))
-    await mirror_step(p.runtime.mirror, step)
+def _wake(p: PassState, step: StepRecord, result: Any) -> Any:
+    """Settle a scheduled step (a sleep that is due, an event, a timeout) with ``result``."""
+    p.record(step.key, woken(step.kind, step.event, result))
     return result
 
 
@@ -114,7 +105,7 @@ async def sleep_step(p: PassState, name: str, duration: Duration) -> None:
         p.runtime.arm_timer(p.run_id, due)
         await p.park()
     if step.due_at is not None and step.due_at <= now:
-        await p.track(_wake(p, step, None))
+        _wake(p, step, None)
         return None
     if step.due_at is not None:
         p.runtime.arm_timer(p.run_id, step.due_at)
@@ -136,14 +127,14 @@ async def _wait_event(p: PassState, key: str, name: str, limit: float | None) ->
     step = p.steps.get(key) or _scheduled(p, key, "event", None, event=name)
     event = await p.store.consume_event(p.run_id, name, f"{p.run_id}\x00{key}")
     if event is not None:
-        return await _wake(p, step, event.payload)
+        return _wake(p, step, event.payload)
     now = utcnow()
     if key not in p.steps:
         step.due_at = now + timedelta(seconds=limit) if limit is not None else None
         step.timeout = limit
         await _arm(p, step)
     elif step.due_at is not None and step.due_at <= now:
-        return await _wake(p, step, None)
+        return _wake(p, step, None)
     if step.due_at is not None:
         p.runtime.arm_timer(p.run_id, step.due_at)
     raise Parked()
@@ -186,7 +177,7 @@ async def _await_child(p: PassState, key: str, workflow: str, input: Any) -> Any
     # between the two writes), or never have been created: look once per replay.
     settled = await p.control.reconcile_child(p.run, step)
     if settled is not None:
-        p.settled_here(settled)
+        p.adopt(settled)
         if settled.status == "failed":
             raise stored_failure(settled)
         return settled.result

@@ -63,6 +63,11 @@ _STEP_TIME_FIELDS = frozenset(
 _STEP_PACKED_FIELDS = frozenset({"function", "claim_holder", "child_run_id", "event"})
 #: Fields an update may not change: they are the step's identity.
 STEP_IDENTITY = frozenset({"run_id", "key"})
+#: Never inside a packed string (its ``\x01`` is always followed by ``\x01`` or
+#: ``\x02``), so a step's ``_id`` names one (run id, key) pair.
+_ID_SEPARATOR = "\x01\x03"
+#: The storage format of this version; see ``MongoStore.init`` for the migration.
+FORMAT = 2
 
 _UNESCAPE = re.compile("\x01(.)", re.DOTALL)
 
@@ -161,6 +166,11 @@ def run_to_doc(run: RunRecord) -> Doc:
         "open_pass": bool(run.open_pass),
         "created_at": to_us(run.created_at),
         "updated_at": to_us(run.updated_at),
+        # The run's lease: free when ``lease_us`` is in the past (0: never held).
+        "lease_us": opt_to_us(run.lease_expires_at) or 0,
+        "holder": pack_opt(run.lease_holder),
+        "journal": {inflight_field(k): step_to_text(s) for k, s in run.journal.items()},
+        "changed": {inflight_field(k): pack(k) for k in run.changed},
     }
 
 
@@ -171,8 +181,9 @@ def run_from_doc(doc: Doc) -> RunRecord:
         )
         for entry in cast(dict[str, Doc], doc.get("inflight") or {}).values()
     }
+    run_id = unpack(doc["_id"])
     return RunRecord(
-        run_id=unpack(doc["_id"]),
+        run_id=run_id,
         workflow=unpack(doc["workflow"]),
         status=cast(RunState, doc["status"]),
         input=load_value(doc.get("input")),
@@ -188,7 +199,16 @@ def run_from_doc(doc: Doc) -> RunRecord:
         token=int(doc.get("token", 0)),
         inflight=inflight,
         open_pass=bool(doc.get("open_pass", False)),
+        lease_holder=unpack_opt(doc.get("holder")),
+        lease_expires_at=opt_from_us(doc.get("lease_us") or None),
+        journal=_journal_of(run_id, doc.get("journal")),
+        changed=sorted(unpack(k) for k in cast(Doc, doc.get("changed") or {}).values()),
     )
+
+
+def _journal_of(run_id: str, stored: Any) -> dict[str, StepRecord]:
+    steps = (step_from_text(run_id, text) for text in cast(Doc, stored or {}).values())
+    return {step.key: step for step in steps}
 
 
 # ---- steps --------------------------------------------------------------------------
@@ -244,8 +264,16 @@ def step_value(name: str, value: Any) -> Any:
     return value
 
 
+def step_doc_id(run_id: str, key: str) -> str:
+    """A step's ``_id``: its run id and key, unambiguously, so the hot path finds it by
+    ``_id`` alone (on every server the fastest lookup, whatever the collection holds)."""
+    return pack(check_str(run_id, "run id")) + _ID_SEPARATOR + pack(check_str(key, "step key"))
+
+
 def step_to_doc(step: StepRecord) -> Doc:
     doc: Doc = {
+        "_id": step_doc_id(step.run_id, step.key),
+        "fmt": FORMAT,
         "run_id": pack(check_str(step.run_id, "run id")),
         "key": pack(check_str(step.key, "step key")),
     }
@@ -289,6 +317,61 @@ def step_from_doc(doc: Doc) -> StepRecord:
         traceparent=get("traceparent"),
         history=[entry_from_text(e) for e in cast(list[str], doc.get("history") or [])],
     )
+
+
+# ---- the run's journal: whole step records as JSON text ---------------------------
+
+
+def _entry_dict(entry: AttemptEntry) -> Doc:
+    return {
+        "attempt": entry.attempt,
+        "status": entry.status,
+        "at": to_us(entry.at),
+        "started_at": opt_to_us(entry.started_at),
+        "error": entry.error,
+    }
+
+
+def _entry_of(data: Doc) -> AttemptEntry:
+    return AttemptEntry(
+        attempt=int(data["attempt"]),
+        status=cast(StepState, data["status"]),
+        at=from_us(data["at"]),
+        started_at=opt_from_us(data.get("started_at")),
+        error=data.get("error"),
+    )
+
+
+def step_to_text(step: StepRecord) -> str:
+    """A whole step record as JSON text, as the run's journal holds it (the fields that
+    differ from their defaults only; times in microseconds)."""
+    data: Doc = {}
+    for f in fields(StepRecord):
+        value = getattr(step, f.name)
+        if f.name != "key" and value == getattr(_STEP_DEFAULTS, f.name):
+            continue
+        if f.name in _STEP_TIME_FIELDS:
+            value = opt_to_us(value)
+        elif f.name == "history":
+            value = [_entry_dict(e) for e in value]
+        data[f.name] = value
+    return dump_value(data)
+
+
+def step_from_text(run_id: str, text: Any) -> StepRecord:
+    data = cast(Doc, json.loads(cast(str, text)))
+    values: Doc = {}
+    for name, value in data.items():
+        if name in _STEP_TIME_FIELDS:
+            values[name] = opt_from_us(value)
+        elif name == "history":
+            values[name] = [_entry_of(e) for e in value]
+        elif name in STEP_FIELDS:
+            values[name] = value
+    values["run_id"] = run_id
+    values.setdefault("kind", "inline")
+    values.setdefault("status", "pending")
+    return StepRecord(**values)
 
 
 # ---- events and leases --------------------------------------------------------------

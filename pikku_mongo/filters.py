@@ -19,6 +19,7 @@ from pikku_mongo.documents import (
     Doc,
     entry_to_text,
     pack,
+    step_doc_id,
     step_value,
     to_us,
 )
@@ -29,7 +30,8 @@ SCHEDULED_SORT = {"due_at": 1, "run_id": 1, "key": 1}
 
 
 def step_id(run_id: str, key: str) -> Doc:
-    return {"run_id": pack(check_str(run_id, "run id")), "key": pack(check_str(key, "step key"))}
+    """The filter of one step document: its ``_id``."""
+    return {"_id": step_doc_id(run_id, key)}
 
 
 def guard_filter(run_id: str, key: str, guard: StepGuard) -> Doc:
@@ -70,23 +72,6 @@ def step_update(changes: dict[str, Any], entry: AttemptEntry | None) -> Doc:
     if to_set:
         update["$set"] = to_set
     return update
-
-
-def upsert_is_exact(guard: StepGuard, changes: dict[str, Any]) -> bool:
-    """Whether an upsert that creates the step leaves a document every query judges
-    exactly as it would the complete ``StepRecord`` built from the changes.
-
-    An upserted document holds only the filter's equality fields, the changes and the
-    history. Absent fields read back as their defaults, and match the filters the same
-    way except: ``status`` and ``attempts`` (guards compare them), a guard's
-    ``claim_holder`` (copied from the filter into the new document) and ``halted`` on
-    a dispatched step (claims require ``halted: false``).
-    """
-    if "status" not in changes or "attempts" not in changes:
-        return False
-    if guard.claim_holder is not None and "claim_holder" not in changes:
-        return False
-    return changes.get("kind") != "dispatch" or "halted" in changes
 
 
 def claim_filter(functions: Sequence[str], now: datetime) -> Doc:

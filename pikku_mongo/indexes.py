@@ -36,8 +36,9 @@ RUN_INDEXES = [
 ]
 
 STEP_INDEXES = [
-    # One document per step; get_step, load_steps, guarded updates, upserts.
-    IndexModel([("run_id", ASCENDING), ("key", ASCENDING)], unique=True),
+    # load_steps and delete_runs: a run's steps. (Single-field: nx-27017 plans with
+    # single-field indexes only. One step is found by its ``_id``.)
+    IndexModel([("run_id", ASCENDING)]),
     # find_unnotified_steps: settled steps whose run was not told yet.
     IndexModel([("notified", ASCENDING), ("updated_at", ASCENDING)]),
     # find_scheduled_steps: the keyset scan in (due_at, run_id, key) order.

@@ -16,8 +16,9 @@ ROOT = Path(__file__).resolve().parents[1]
 #: strictly below its own.
 LAYERS: list[set[str]] = [
     {"errors", "records", "tasks", "tracing"},
-    {"durations", "values", "store", "mirror", "status", "timers"},
-    {"memory", "runtime", "context", "transitions", "leases", "testing.builders"},
+    {"durations", "values", "store", "mirror", "journal", "timers"},
+    {"status", "waiters", "memory", "runtime", "context", "transitions", "leases"},
+    {"testing.builders"},
     {"attempt", "control", "testing.run_cases", "testing.step_cases", "testing.event_lease_cases"},
     {"testing.conformance"},
     {"testing"},

@@ -6,6 +6,7 @@ from datetime import timedelta
 from typing import Any
 
 from engine_core.records import (
+    AttemptEntry,
     RunRecord,
     StepRecord,
     utcnow,
@@ -46,6 +47,24 @@ def make_job(
 
 
 async def begin(store: Store, run_id: str = "run-1") -> int:
-    run = await store.begin_pass(run_id)
+    """Begin a pass under a lease that lapses at once (so any later begin takes over);
+    returns its token."""
+    run = await store.begin_pass(run_id, holder="tester", ttl=0)
     assert run is not None
     return run.token
+
+
+def done_step(run_id: str, key: str, attempts: int = 1, result: Any = None) -> StepRecord:
+    """A succeeded inline step, as a pass journals it."""
+    now = utcnow()
+    return StepRecord(
+        run_id=run_id,
+        key=key,
+        kind="inline",
+        status="succeeded",
+        attempts=attempts,
+        result=result,
+        updated_at=now,
+        ended_at=now,
+        history=[AttemptEntry(attempt=attempts, status="succeeded", at=now, started_at=now)],
+    )

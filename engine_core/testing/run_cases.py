@@ -12,7 +12,7 @@ from engine_core.records import (
     utcnow,
 )
 from engine_core.store import Store
-from engine_core.testing.builders import begin, make_job, make_run
+from engine_core.testing.builders import begin, done_step, make_job, make_run
 
 
 class RunCases:
@@ -54,13 +54,127 @@ class RunCases:
 
     async def test_begin_pass_bumps_token_and_passes(self, store: Store) -> None:
         await store.insert_run(make_run())
-        first = await store.begin_pass("run-1")
-        second = await store.begin_pass("run-1")
+        first = await store.begin_pass("run-1", holder="a", ttl=0)
+        second = await store.begin_pass("run-1", holder="b", ttl=30)
         assert first is not None and second is not None
         assert second.token == first.token + 1
         assert (first.passes, second.passes) == (1, 2)
-        assert second.pending_pass is False
-        assert await store.begin_pass("missing") is None
+        assert second.pending_pass is False and second.open_pass is True
+        assert second.lease_holder == "b"
+        assert await store.begin_pass("missing", holder="a", ttl=30) is None
+
+    async def test_the_run_lease_is_taken_only_when_free(self, store: Store) -> None:
+        await store.insert_run(make_run())
+        held = await store.begin_pass("run-1", holder="a", ttl=30)
+        assert held is not None
+        # Live: nobody else begins a pass, and the holder goes on only with its token.
+        assert await store.begin_pass("run-1", holder="b", ttl=30) is None
+        assert await store.begin_pass("run-1", holder="b", ttl=30, held=held.token + 1) is None
+        again = await store.begin_pass("run-1", holder="a", ttl=30, held=held.token)
+        assert again is not None and again.token == held.token + 1
+        assert await store.extend_pass("run-1", token=again.token, ttl=30)
+        assert not await store.extend_pass("run-1", token=held.token, ttl=30)
+        # A stale token releases nothing; the holder's release frees the lease.
+        await store.release_pass("run-1", token=held.token)
+        assert await store.begin_pass("run-1", holder="b", ttl=30) is None
+        await store.release_pass("run-1", token=again.token)
+        taken = await store.begin_pass("run-1", holder="b", ttl=30)
+        assert taken is not None and taken.token == again.token + 1
+
+    async def test_a_settle_frees_the_lease_unless_told_to_keep_it(self, store: Store) -> None:
+        await store.insert_run(make_run())
+        held = await store.begin_pass("run-1", holder="a", ttl=30)
+        assert held is not None
+        assert await store.settle_run(
+            "run-1", token=held.token, expect=("running",), status="compensating", keep_lease=True
+        )
+        assert await store.begin_pass("run-1", holder="b", ttl=30) is None
+        assert await store.settle_run("run-1", token=held.token, expect=("compensating",))
+        assert await store.begin_pass("run-1", holder="b", ttl=30) is not None
+
+    async def test_a_run_inserted_with_a_lease_holds_it(self, store: Store) -> None:
+        now = utcnow()
+        run = make_run(
+            token=1,
+            passes=1,
+            pending_pass=False,
+            open_pass=True,
+            lease_holder="a",
+            lease_expires_at=now + timedelta(seconds=30),
+        )
+        assert await store.insert_run(run) is None
+        assert await store.begin_pass("run-1", holder="b", ttl=30) is None
+        assert await store.start_step(
+            "run-1", token=1, status="running", key="s", attempt=1, started_at=now
+        )
+        got = await store.get_run("run-1")
+        assert got is not None and got.lease_holder == "a" and got.token == 1
+
+    async def test_a_parking_settle_waits_for_no_owed_pass(self, store: Store) -> None:
+        await store.insert_run(make_run())
+        token = await begin(store)
+        await store.request_pass("run-1")
+        assert not await store.settle_run("run-1", token=token, expect=("running",), idle_only=True)
+        token = await begin(store)
+        assert await store.settle_run("run-1", token=token, expect=("running",), idle_only=True)
+
+    async def test_outcomes_ride_on_the_run_in_its_journal(self, store: Store) -> None:
+        await store.insert_run(make_run())
+        token = await begin(store)
+        now = utcnow()
+        first = done_step("run-1", "a", result={"$set": {"x.y": 1}})
+        assert await store.start_step(
+            "run-1", token=token, status="running", key="b", attempt=1, started_at=now,
+            done=["a"], outcomes=[first],
+        )  # fmt: skip
+        second = done_step("run-1", "b", result=[1, 2])
+        assert await store.record_steps(
+            "run-1", token=token, status="running", outcomes=[second], done=["b"]
+        )
+        got = await store.get_run("run-1")
+        assert got is not None and got.inflight == {}
+        assert got.journal == {"a": first, "b": second}
+        assert await store.load_steps("run-1") == []
+        # Copied to the step records, then dropped from the journal by a later write.
+        await store.save_steps([first, second])
+        assert await store.settle_run("run-1", token=token, expect=("running",), forget=["a", "b"])
+        got = await store.get_run("run-1")
+        assert got is not None and got.journal == {}
+        assert sorted(s.key for s in await store.load_steps("run-1")) == ["a", "b"]
+        assert not await store.record_steps(
+            "run-1", token=token + 1, status="running", outcomes=[first]
+        )
+
+    async def test_save_steps_never_overwrites_a_later_attempt(self, store: Store) -> None:
+        newer = done_step("run-1", "a", attempts=3, result="new")
+        await store.save_steps([newer])
+        await store.save_steps([done_step("run-1", "a", attempts=2, result="old")])
+        assert await store.get_step("run-1", "a") == newer
+        same = done_step("run-1", "a", attempts=3, result="again")
+        await store.save_steps([same, done_step("run-1", "b")])
+        assert await store.get_step("run-1", "a") == same
+        got = await store.get_steps("run-1", ["a", "b", "missing"])
+        assert sorted(s.key for s in got) == ["a", "b"]
+
+    async def test_begin_reports_steps_changed_outside_passes(self, store: Store) -> None:
+        await store.insert_run(make_run())
+        await begin(store)
+        await store.request_pass("run-1", changed="job")
+        await store.request_pass("run-1", changed="job")
+        await store.request_pass("run-1", changed="child")
+        begun = await store.begin_pass("run-1", holder="a", ttl=0)
+        assert begun is not None and sorted(begun.changed) == ["child", "job"]
+        again = await store.begin_pass("run-1", holder="a", ttl=0)
+        assert again is not None and again.changed == []
+
+    async def test_get_runs_reads_many_at_once(self, store: Store) -> None:
+        for run_id in ("a", "b", "c"):
+            await store.insert_run(make_run(run_id))
+        await store.set_run_status("b", "completed", expect=("running",))
+        got = await store.get_runs(["a", "b", "missing"])
+        assert sorted(r.run_id for r in got) == ["a", "b"]
+        ended = await store.get_runs(["a", "b", "c"], status_in=["completed", "failed"])
+        assert [r.run_id for r in ended] == ["b"]
 
     async def test_request_pass_sets_the_flag_begin_clears_it(self, store: Store) -> None:
         await store.insert_run(make_run())

@@ -205,7 +205,7 @@ async def test_init_twice_is_fine_and_creates_the_indexes(mongo: MongoStore) -> 
         return [(list(spec["key"]), bool(spec.get("unique"))) for spec in info.values()]
 
     step_indexes = await keys(mongo.steps)
-    assert ([("run_id", 1), ("key", 1)], True) in step_indexes
+    assert ([("run_id", 1)], False) in step_indexes  # one step is found by its _id
     assert any(k[:2] == [("status", 1), ("due_at", 1)] for k, _ in step_indexes)
     assert any(k[:3] == [("kind", 1), ("status", 1), ("due_at", 1)] for k, _ in step_indexes)
     assert any(k[0] == ("expires_at", 1) for k, _ in await keys(mongo.leases))
@@ -253,7 +253,7 @@ async def test_values_with_operator_keys_round_trip(mongo: MongoStore) -> None:
     raw = await mongo.runs.find_one({"_id": "r1"})
     assert raw is not None and json.loads(raw["input"]) == WEIRD  # stored as JSON text
 
-    assert await mongo.begin_pass("r1") is not None
+    assert await mongo.begin_pass("r1", holder="h", ttl=30) is not None
     assert await mongo.settle_run(
         "r1", token=1, expect=["running"], status="failed", output=WEIRD, error={"$bad": WEIRD}
     )
@@ -280,7 +280,7 @@ async def test_values_with_operator_keys_round_trip(mongo: MongoStore) -> None:
 
 async def test_inflight_field_names_never_use_the_step_key(mongo: MongoStore) -> None:
     await mongo.insert_run(run_record("r1"))
-    await mongo.begin_pass("r1")
+    await mongo.begin_pass("r1", holder="h", ttl=30)
     keys = ["$set", "a.b", "", "x#1", "\U0001f600"]
     for n, key in enumerate(keys):
         assert await mongo.start_step(
@@ -303,7 +303,8 @@ async def test_operator_shaped_ids_are_rejected(mongo: MongoStore, bad: Any) -> 
     lease = Lease("k", "h", 1, at(0))
     calls: list[Any] = [
         mongo.get_run(bad),
-        mongo.begin_pass(bad),
+        mongo.begin_pass(bad, holder="h", ttl=1),
+        mongo.begin_pass("r1", holder=bad, ttl=1),
         mongo.request_pass(bad),
         mongo.set_run_status(bad, "cancelled", expect=["running"]),
         mongo.list_child_runs(bad),
@@ -443,8 +444,8 @@ async def test_a_retried_update_step_appends_its_entry_once(
     mongo: MongoStore, no_wait: None
 ) -> None:
     await mongo.insert_step(job("r1", "k", at(0)))
-    lossy = _LoseFirstReply(mongo.steps)
-    mongo.steps = lossy  # type: ignore[assignment]
+    lossy = _LoseFirstReply(mongo.step_writes.collection)
+    mongo.step_writes.collection = lossy  # type: ignore[assignment]
     landed = await mongo.update_step(
         "r1",
         "k",
@@ -462,30 +463,11 @@ async def test_a_retried_update_step_appends_its_entry_once(
 
 async def test_update_step_rejects_unknown_fields(store: Store) -> None:
     with pytest.raises(ValueError, match="unknown step fields"):
-        await store.update_step("r", "k", guard=StepGuard(missing_ok=True), changes={"nope": 1})
+        await store.update_step("r", "k", guard=StepGuard(), changes={"nope": 1})
 
 
-async def test_update_step_missing_ok_creates_a_complete_step(store: Store) -> None:
-    # Changes without status/attempts: the created step takes the record's defaults.
-    assert await store.update_step(
-        "r", "a", guard=StepGuard(status_in=("scheduled",), missing_ok=True), changes={}
-    )
-    assert await store.get_step("r", "a") == step_record("r", "a")
-    # An existing step that fails the guard is left alone.
-    assert not await store.update_step(
-        "r", "a", guard=StepGuard(status_in=("scheduled",), missing_ok=True), changes={"result": 1}
-    )
-    # A dispatched step created by an update is claimable like an inserted one.
-    assert await store.update_step(
-        "r",
-        "b",
-        guard=StepGuard(status_in=("scheduled",), missing_ok=True),
-        changes={"kind": "dispatch", "status": "scheduled", "attempts": 0, "function": "f",
-                 "due_at": at(0)},
-    )  # fmt: skip
-    claimed = await store.claim_step(["f"], holder="w", claim_ttl=30)
-    assert claimed is not None and claimed.key == "b" and not claimed.halted
-    # History given wholesale, plus an entry.
+async def test_update_step_can_replace_the_history_and_add_an_entry(store: Store) -> None:
+    await store.insert_step(job("r", "b", at(0)))
     entries = [AttemptEntry(1, "failed", at(1), error={"m": 1}), AttemptEntry(2, "running", at(2))]
     assert await store.update_step(
         "r",
@@ -496,6 +478,8 @@ async def test_update_step_missing_ok_creates_a_complete_step(store: Store) -> N
     )
     step = await store.get_step("r", "b")
     assert step is not None and step.history == entries
+    assert not await store.update_step("r", "missing", guard=StepGuard(), changes={"result": 1})
+    assert await store.get_step("r", "missing") is None
 
 
 async def test_same_observable_results_as_the_memory_store(mongo: MongoStore) -> None:
@@ -506,16 +490,14 @@ async def test_same_observable_results_as_the_memory_store(mongo: MongoStore) ->
         out: list[Any] = []
         out.append(await s.insert_run(run_record("r", wire={"traceparent": "00-x"})))
         out.append(await s.insert_run(run_record("c", parent_run_id="r", parent_step="s")))
-        out.append(await s.begin_pass("r"))
+        out.append(replace(await s.begin_pass("r", holder="h", ttl=30), lease_expires_at=T0))
         out.append(await s.start_step("r", token=1, status="running", key="s",
                                       attempt=1, started_at=at(1)))  # fmt: skip
         out.append(await s.insert_step(job("r", "d", at(0), payload=[1, "2", None])))
-        out.append(await s.update_step(
-            "r", "s", guard=StepGuard(attempts_below=1, missing_ok=True),
-            changes={"kind": "child", "status": "scheduled", "attempts": 1, "child_run_id": "c",
-                     "due_at": None, "updated_at": at(2)},
-            entry=AttemptEntry(1, "scheduled", at(2), started_at=at(1)),
-        ))  # fmt: skip
+        await s.save_steps([StepRecord(
+            "r", "s", kind="child", status="scheduled", attempts=1, child_run_id="c",
+            updated_at=at(2), history=[AttemptEntry(1, "scheduled", at(2), started_at=at(1))],
+        )])  # fmt: skip
         await s.halt_steps("r", True)
         await s.insert_event(EventRecord("e1", "r", "go", {"a": 1}, at(3)))
         out.append(await s.consume_event("r", "go", "r\x00w"))
@@ -529,5 +511,4 @@ async def test_same_observable_results_as_the_memory_store(mongo: MongoStore) ->
         return out
 
     assert await script(mongo) == await script(memory)
-    # load_steps promises no order: the Mongo store returns key order.
-    assert [s.key for s in await mongo.load_steps("r")] == ["d", "s"]
+

@@ -1,0 +1,41 @@
+"""A run's journal: step outcomes recorded on the run itself, read with its steps.
+
+A pass writes the outcome of step k in the same write that starts step k+1 (the body
+between two steps is deterministic, so the outcome need only be durable by the next
+step boundary). Those outcomes live in the run's ``journal`` until they are copied to
+the step records; every reader sees the two merged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from engine_core.records import RunRecord, StepRecord
+
+#: A journal holding this many outcomes is copied to the step records (so the run's
+#: record, rewritten at every step, stays small).
+FLUSH_AT = 64
+#: An outcome whose value is larger than this (JSON characters) goes to its step record
+#: before the next step starts instead of into the journal.
+LARGE_OUTCOME = 64 * 1024
+
+
+def newer(entry: StepRecord, stored: StepRecord | None) -> bool:
+    """Whether the journal's ``entry`` supersedes the ``stored`` step record: a pass
+    journals only steps it owns, so its entry wins unless the record has moved on to a
+    later attempt."""
+    return stored is None or entry.attempts >= stored.attempts
+
+
+def merged(run: RunRecord, steps: Iterable[StepRecord]) -> dict[str, StepRecord]:
+    """The run's steps by key: its step records with the journal's outcomes over them."""
+    by_key = {s.key: s for s in steps}
+    for key, entry in run.journal.items():
+        if newer(entry, by_key.get(key)):
+            by_key[key] = entry
+    return by_key
+
+
+def merged_steps(run: RunRecord, steps: Iterable[StepRecord]) -> list[StepRecord]:
+    """:func:`merged`, as a list."""
+    return list(merged(run, steps).values())

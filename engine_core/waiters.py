@@ -1,0 +1,104 @@
+"""Waiting for runs to end: a future per waiting call, never a read per waiter per end.
+
+A run that ends in this process wakes its waiters directly. Runs that end elsewhere are
+found by one shared query for every awaited run that this process is not driving: at
+once for new waiters (batched with every other waiter that arrived meanwhile), then with
+a backoff while nothing ends, or sooner when :meth:`RunWaiters.hint` says something may
+have ended.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from engine_core.errors import RunNotFoundError
+from engine_core.records import TERMINAL, RunRecord
+from engine_core.store import Store
+from engine_core.tasks import wait_event
+
+log = logging.getLogger("engine_core")
+
+POLL_MIN_S = 0.01
+POLL_MAX_S = 1.0
+
+
+class RunWaiters:
+    """Futures for runs to end, keyed by run id."""
+
+    def __init__(self, store: Store, local: Callable[[str], bool]) -> None:
+        self.store = store
+        # Runs this process is driving: their end here wakes their waiters, so the
+        # shared query leaves them out.
+        self._local = local
+        self._futures: dict[str, list[asyncio.Future[RunRecord]]] = {}
+        self._new: set[str] = set()
+        self._wake = asyncio.Event()
+        self._poller: asyncio.Task[None] | None = None
+
+    def __len__(self) -> int:
+        return len(self._futures)
+
+    async def wait(self, run_id: str, timeout: float | None) -> RunRecord:
+        """The run once it is terminal; :class:`RunNotFoundError` if it does not exist,
+        ``TimeoutError`` past ``timeout`` seconds."""
+        future: asyncio.Future[RunRecord] = asyncio.get_running_loop().create_future()
+        self._futures.setdefault(run_id, []).append(future)
+        self._new.add(run_id)
+        self.hint()
+        try:
+            async with asyncio.timeout(timeout):
+                return await future
+        finally:
+            waiting = self._futures.get(run_id)
+            if waiting is not None:
+                if future in waiting:
+                    waiting.remove(future)
+                if not waiting:
+                    del self._futures[run_id]
+
+    def settled(self, run: RunRecord) -> None:
+        """``run`` reached a terminal status in this process."""
+        for future in self._futures.pop(run.run_id, []):
+            if not future.done():
+                future.set_result(run)
+
+    def hint(self) -> None:
+        """Something may have ended: look now (and make sure someone looks at all)."""
+        self._wake.set()
+        if self._poller is None or self._poller.done():
+            self._poller = asyncio.ensure_future(self._poll())
+
+    def _fail(self, run_id: str, exc: BaseException) -> None:
+        for future in self._futures.pop(run_id, []):
+            if not future.done():
+                future.set_exception(exc)
+
+    async def _poll(self) -> None:
+        delay = POLL_MIN_S
+        while self._futures:
+            self._wake.clear()
+            await asyncio.sleep(0)  # let every waiter that arrives with this one register
+            new, self._new = self._new & self._futures.keys(), set()
+            try:
+                if new:
+                    found = {r.run_id: r for r in await self.store.get_runs(sorted(new))}
+                    for run_id in new - found.keys():
+                        self._fail(run_id, RunNotFoundError(f"no run has id {run_id!r}"))
+                    ended = [r for r in found.values() if r.status in TERMINAL]
+                    old = {r for r in self._futures if r not in new and not self._local(r)}
+                else:
+                    ended, old = [], {r for r in self._futures if not self._local(r)}
+                if old:
+                    ended += await self.store.get_runs(sorted(old), status_in=sorted(TERMINAL))
+            except Exception as exc:
+                log.warning("could not read the runs being waited for: %s", exc)
+                ended = []
+            for run in ended:
+                self.settled(run)
+            if ended or new:
+                delay = POLL_MIN_S
+            if await wait_event(self._wake, delay):
+                continue
+            delay = min(delay * 2, POLL_MAX_S)

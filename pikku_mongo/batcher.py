@@ -1,0 +1,198 @@
+"""Group commit: the writes that one process makes to a collection at once share commands.
+
+Writes wait in a queue; while one bulk write is in flight the next batch forms, so a
+single writer pays one round trip per write and many concurrent writers (passes,
+workers, starts) pay one round trip per batch. Batches are unordered bulk writes, and
+each write learns its own outcome:
+
+* an insert that collides with an existing ``_id`` reports a duplicate-key error of its
+  own;
+* a guarded update is sent as an upsert on its ``_id``: when its guard fails, the
+  document that exists with that ``_id`` makes the upsert collide, and the collision is
+  that operation's own duplicate-key error. (When no document has the ``_id`` at all,
+  the upsert creates one; it is reported as a failed guard and deleted again at once.)
+
+A batch of one is sent as the plain command (cheaper, and no upsert is needed to learn
+whether the guard held).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pymongo import InsertOne, UpdateOne
+from pymongo.asynchronous.collection import AsyncCollection
+from pymongo.errors import BulkWriteError, DuplicateKeyError, OperationFailure
+
+from pikku_mongo.retry import retrying
+
+log = logging.getLogger("pikku_mongo.batcher")
+
+Doc = dict[str, Any]
+_DUPLICATE_KEY = 11000
+#: At most this many writes in one bulk (well under the server's 100,000 and 48 MB).
+MAX_BATCH = 1000
+
+Kind = Literal["insert", "update", "guarded", "upsert"]
+
+
+Confirm = Callable[[], Awaitable[bool]]
+
+
+@dataclass
+class _Write:
+    kind: Kind
+    filter: Doc
+    update: Doc
+    future: asyncio.Future[bool] = field(repr=False)
+    confirm: Confirm | None = None
+    sent: int = 0
+
+
+class Batcher:
+    """Group commit for one collection (see the module docstring).
+
+    ``scratch`` matches a document that only a guarded upsert can have created (one with
+    none of the fields every real document has), so it can be deleted."""
+
+    def __init__(self, collection: AsyncCollection[Doc], scratch: Doc) -> None:
+        self.collection = collection
+        self._scratch = scratch
+        self._queue: list[_Write] = []
+        self._task: asyncio.Task[None] | None = None
+        #: Commands sent and writes they carried, for tests and benchmarks.
+        self.commands = 0
+        self.writes = 0
+
+    async def insert(self, doc: Doc) -> bool:
+        """Insert ``doc``; False when a document with its ``_id`` exists."""
+        return await self._submit("insert", doc, {})
+
+    async def update(self, filter: Doc, update: Doc) -> None:
+        """Apply ``update`` to the document ``filter`` matches, if any (nothing learnt)."""
+        await self._submit("update", filter, update)
+
+    async def guarded(self, filter: Doc, update: Doc, confirm: Confirm | None = None) -> bool:
+        """Apply ``update`` to the document matching ``filter`` (which names its
+        ``_id``); whether one matched. A write sent again after a lost reply may find its
+        own first try already applied and its guard failed: ``confirm()`` then tells
+        whether the write is in the document."""
+        return await self._submit("guarded", filter, update, confirm)
+
+    async def upsert(self, filter: Doc, update: Doc) -> bool:
+        """Apply ``update`` to the document matching ``filter`` (which names its
+        ``_id``), creating it if no document has that ``_id``; False when one exists
+        but fails the rest of ``filter``."""
+        return await self._submit("upsert", filter, update)
+
+    def _submit(
+        self, kind: Kind, filter: Doc, update: Doc, confirm: Confirm | None = None
+    ) -> asyncio.Future[bool]:
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._queue.append(_Write(kind, filter, update, future, confirm))
+        if self._task is None:
+            # Started on the next turn of the loop: writes submitted meanwhile join it.
+            self._task = asyncio.ensure_future(self._drain())
+        return future
+
+    async def _drain(self) -> None:
+        try:
+            while self._queue:
+                batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
+                try:
+                    await retrying()(self._settle, batch)
+                except Exception as exc:
+                    for write in batch:
+                        if not write.future.done():
+                            write.future.set_exception(exc)
+        finally:
+            self._task = None
+            if self._queue:  # submitted while the last batch settled
+                self._task = asyncio.ensure_future(self._drain())
+
+    async def _settle(self, batch: Sequence[_Write]) -> None:
+        """Send the writes of ``batch`` not settled yet and settle them. Sent again (the
+        reply to an earlier try was lost), a write that can tell whether its first try
+        landed looks first, so it is applied once."""
+        pending = [w for w in batch if not w.future.done()]
+        for write in pending:
+            if write.sent and write.confirm is not None and await write.confirm():
+                write.future.set_result(True)
+        pending = [w for w in pending if not w.future.done()]
+        if not pending:
+            return
+        outcomes = await self._send(pending)
+        for write, outcome in zip(pending, outcomes, strict=True):
+            if write.future.done():
+                continue
+            if outcome is False and write.sent > 1 and write.confirm is not None:
+                outcome = await write.confirm()
+            if isinstance(outcome, BaseException):
+                write.future.set_exception(outcome)
+            else:
+                write.future.set_result(outcome)
+
+    async def _send(self, batch: Sequence[_Write]) -> list[bool | BaseException]:
+        self.commands += 1
+        self.writes += len(batch)
+        for write in batch:
+            write.sent += 1
+        if len(batch) == 1:
+            return [await self._send_one(batch[0])]
+        requests: list[InsertOne[Doc] | UpdateOne] = []
+        for write in batch:
+            if write.kind == "insert":
+                requests.append(InsertOne(write.filter))
+            else:
+                requests.append(
+                    UpdateOne(write.filter, write.update, upsert=write.kind != "update")
+                )
+        errors: dict[int, Doc] = {}
+        upserted: dict[int, Any] = {}
+        try:
+            result = await self.collection.bulk_write(requests, ordered=False)
+            upserted = dict(result.upserted_ids or {})
+        except BulkWriteError as exc:
+            details = exc.details
+            errors = {int(e["index"]): e for e in details.get("writeErrors", [])}
+            upserted = {int(u["index"]): u["_id"] for u in details.get("upserted", [])}
+        outcomes: list[bool | BaseException] = []
+        scratch: list[Any] = []
+        for index, write in enumerate(batch):
+            error = errors.get(index)
+            if error is not None:
+                if int(error.get("code", 0)) == _DUPLICATE_KEY:
+                    outcomes.append(False)
+                else:
+                    outcomes.append(
+                        OperationFailure(str(error.get("errmsg", error)), error.get("code"))
+                    )
+            elif write.kind == "guarded" and index in upserted:
+                scratch.append(upserted[index])
+                outcomes.append(False)
+            else:
+                outcomes.append(True)
+        if scratch:
+            await self.collection.delete_many({"_id": {"$in": scratch}, **self._scratch})
+        return outcomes
+
+    async def _send_one(self, write: _Write) -> bool | BaseException:
+        try:
+            if write.kind == "insert":
+                await self.collection.insert_one(write.filter)
+                return True
+            if write.kind == "upsert":
+                await self.collection.update_one(write.filter, write.update, upsert=True)
+                return True
+            result = await self.collection.update_one(write.filter, write.update)
+            return result.matched_count == 1
+        except DuplicateKeyError:
+            return False
+        except OperationFailure as exc:
+            if exc.code == _DUPLICATE_KEY:
+                return False
+            return exc

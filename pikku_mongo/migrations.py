@@ -1,0 +1,68 @@
+"""Bringing a database written by an earlier version to this version's storage format.
+
+The format version is kept in the ``meta`` collection. Every migration is idempotent
+and safe to run from several processes at once (each copies before it deletes, and
+tolerates what another already did), so ``MongoStore.init`` simply runs what the
+stored version lacks.
+
+Format 2 (pikku-mongo 0.2):
+
+* step documents are addressed by an ``_id`` built from (run id, key) and carry
+  ``fmt: 2``; older ones (an ``ObjectId`` ``_id``) are copied under the new ``_id``
+  and removed, and the unique (run_id, key) index that addressed them is dropped;
+* run documents hold their own lease (``lease_us``, free at 0), a ``journal`` and a
+  ``changed`` map; older ones get a free lease.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from pymongo.asynchronous.collection import AsyncCollection
+from pymongo.errors import DuplicateKeyError, OperationFailure
+
+from pikku_mongo.documents import FORMAT, step_doc_id, unpack
+
+log = logging.getLogger("pikku_mongo.migrations")
+
+Doc = dict[str, Any]
+_FORMAT_ID = "format"
+_BATCH = 500
+
+
+async def migrate(
+    meta: AsyncCollection[Doc], runs: AsyncCollection[Doc], steps: AsyncCollection[Doc]
+) -> None:
+    """Migrate to :data:`~pikku_mongo.documents.FORMAT` unless the database is there."""
+    stored = await meta.find_one({"_id": _FORMAT_ID})
+    version = int(stored["version"]) if stored is not None else 0
+    if version >= FORMAT:
+        return
+    moved = await _rekey_steps(steps)
+    await runs.update_many({"lease_us": {"$exists": False}}, {"$set": {"lease_us": 0}})
+    try:
+        await steps.drop_index("run_id_1_key_1")
+    except OperationFailure:
+        pass  # never created here, or dropped by another process
+    await meta.update_one({"_id": _FORMAT_ID}, {"$set": {"version": FORMAT}}, upsert=True)
+    if moved:
+        log.info("migrated %d step documents to storage format %d", moved, FORMAT)
+
+
+async def _rekey_steps(steps: AsyncCollection[Doc]) -> int:
+    moved = 0
+    while True:
+        old = await steps.find({"fmt": {"$exists": False}}).limit(_BATCH).to_list()
+        if not old:
+            return moved
+        for doc in old:
+            copy = dict(doc)
+            copy["_id"] = step_doc_id(unpack(doc["run_id"]), unpack(doc["key"]))
+            copy["fmt"] = FORMAT
+            try:
+                await steps.insert_one(copy)
+            except DuplicateKeyError:
+                pass  # copied already
+            await steps.delete_one({"_id": doc["_id"]})
+            moved += 1
