@@ -79,10 +79,10 @@ async def w2_concurrent(kind: StoreKind, uri: str | None, runs: int, steps: int)
             run_ids = await asyncio.gather(
                 *(engine.start(INLINE_WF, {"steps": steps}) for _ in range(runs))
             )
-            # One waiter at a time: a waiter wakes on every run's end, so a waiter per
-            # run would cost runs**2 reads.
-            for run_id in run_ids:
-                await engine.result(run_id, timeout=RESULT_TIMEOUT)
+            # Each run awaited by its own waiter, as a web app awaiting its runs would.
+            await asyncio.gather(
+                *(engine.result(run_id, timeout=RESULT_TIMEOUT) for run_id in run_ids)
+            )
             seconds = time.perf_counter() - began
             cpu = time.process_time() - cpu
             commands = _counts(counter)
@@ -127,8 +127,9 @@ async def w4_sleepers(kind: StoreKind, uri: str | None, runs: int, sleep: float)
             run_ids = await asyncio.gather(
                 *(engine.start(SLEEP_WF, {"sleep": sleep}) for _ in range(runs))
             )
-            for run_id in run_ids:
-                await engine.result(run_id, timeout=RESULT_TIMEOUT)
+            await asyncio.gather(
+                *(engine.result(run_id, timeout=RESULT_TIMEOUT) for run_id in run_ids)
+            )
             seconds = time.perf_counter() - began
             commands = _counts(counter)
     # Two inline steps and one sleep step per run.

@@ -10,7 +10,7 @@ from typing import Any
 
 from engine_core.context import StepInfo, enter_step, leave_step
 from engine_core.errors import StepFailedError
-from engine_core.tracing import attempt_span, record_failure
+from engine_core.tracing import attempt_span, record_failure, tracing_configured
 from engine_core.values import to_stored
 
 _STACK_LIMIT = 4000
@@ -38,16 +38,29 @@ async def run_attempt(
     :func:`~engine_core.current_step` set, holding one of ``slots``, within ``timeout``
     seconds. Returns the result as it is checkpointed; raises what the attempt raised
     (a result that cannot be checkpointed raises ``NotSerializableError``)."""
+    if not tracing_configured():
+        # No SDK: no span to build (this runs for every attempt).
+        token = enter_step(info)
+        try:
+            return await _call(call, slots, timeout, info.step)
+        finally:
+            leave_step(token)
     with attempt_span(traceparent, info.step, attributes) as span:
         token = enter_step(info)
         try:
-            async with slots:
-                value = call()
-                if inspect.isawaitable(value):
-                    value = await (asyncio.wait_for(value, timeout) if timeout else value)
-            return to_stored(value, f"result of step {info.step!r}")
+            return await _call(call, slots, timeout, info.step)
         except Exception as exc:
             record_failure(span, exc)
             raise
         finally:
             leave_step(token)
+
+
+async def _call(
+    call: Callable[[], Any], slots: asyncio.Semaphore, timeout: float | None, step: str
+) -> Any:
+    async with slots:
+        value = call()
+        if inspect.isawaitable(value):
+            value = await (asyncio.wait_for(value, timeout) if timeout else value)
+    return to_stored(value, f"result of step {step!r}")

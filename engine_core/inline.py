@@ -117,8 +117,7 @@ async def run_inline(
         "workflow.step": key,
     }
     while True:
-        await p.start(key, attempt)
-        started = utcnow()
+        started = await p.start(key, attempt)
         info = StepInfo(p.run_id, key, attempt, idempotency_key(p.run_id, key))
         try:
             stored = await run_attempt(

@@ -8,7 +8,6 @@ with the store.
 from __future__ import annotations
 
 import bisect
-import copy as _copy_module
 from collections.abc import Iterable, Sequence
 from dataclasses import fields, replace
 from datetime import datetime, timedelta
@@ -33,6 +32,13 @@ _T = TypeVar("_T")
 _STEP_FIELDS = frozenset(f.name for f in fields(StepRecord))
 
 
+#: Leaves shared as they are: nothing can change them.
+_IMMUTABLE: frozenset[type] = frozenset({str, int, float, bool, type(None), datetime})
+_RECORDS: frozenset[type] = frozenset(
+    {RunRecord, StepRecord, AttemptEntry, InflightStep, EventRecord, Lease}
+)
+
+
 def _clone(value: _T) -> _T:
     """A deep copy of records and JSON-shaped values; immutable leaves are shared.
 
@@ -40,17 +46,35 @@ def _clone(value: _T) -> _T:
     engine stores is dicts, lists, scalars, datetimes and the record dataclasses.
     """
     kind = type(value)
+    if kind in _IMMUTABLE:
+        return value
     if kind is dict:
         return cast(_T, {k: _clone(v) for k, v in cast(dict[str, Any], value).items()})
     if kind is list:
         return cast(_T, [_clone(v) for v in cast(list[Any], value)])
-    if hasattr(kind, "__dataclass_fields__"):
-        twin = _copy_module.copy(value)
-        for name, item in vars(value).items():
-            if type(item) in (dict, list) or hasattr(type(item), "__dataclass_fields__"):
-                object.__setattr__(twin, name, _clone(item))
+    if kind is StepRecord:
+        return cast(_T, _clone_step(cast(StepRecord, value)))
+    if kind in _RECORDS:
+        twin: _T = object.__new__(kind)
+        state = twin.__dict__
+        for name, item in value.__dict__.items():
+            state[name] = item if type(item) in _IMMUTABLE else _clone(item)
         return twin
     return value
+
+
+def _clone_step(step: StepRecord) -> StepRecord:
+    # The hot path's clone: a step's mutable parts are its values and its history list
+    # (whose entries nobody changes once written; a history is only ever appended to).
+    twin = object.__new__(StepRecord)
+    state = twin.__dict__
+    state.update(step.__dict__)
+    for name in ("result", "payload", "error"):
+        item = state[name]
+        if type(item) not in _IMMUTABLE:
+            state[name] = _clone(item)
+    state["history"] = list(step.history)
+    return twin
 
 
 class InMemoryStore:

@@ -15,10 +15,10 @@ awaits something else first) goes in a write of its own as soon as the body yiel
 from __future__ import annotations
 
 import asyncio
-import copy
 import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
 from typing import Any, NoReturn, TypeVar
 
 from engine_core.control import RunControl
@@ -139,27 +139,29 @@ class PassState:
 
     # ---- the step boundary -------------------------------------------------------
 
-    async def start(self, key: str, attempt: int) -> None:
+    async def start(self, key: str, attempt: int) -> datetime:
         """Mark attempt ``attempt`` of ``key`` in flight (0: a step being armed), if the
         run may still start it, carrying the outcomes recorded since the last write;
-        else end the pass (:class:`Stopped`)."""
+        else end the pass (:class:`Stopped`). Returns when the attempt started."""
         if self.runtime.closing:
             # Shutting down: start nothing new; end the pass as if parked.
             self.requeue = True
             raise Parked()
         outcomes, done, forget = await self._take()
+        started = utcnow()
         ok = await self.store.start_step(
             self.run.run_id,
             token=self.run.token,
             status=self.status,
             key=key,
             attempt=attempt,
-            started_at=utcnow(),
+            started_at=started,
             done=done,
             outcomes=outcomes,
             forget=forget,
         )
         await self._wrote(ok, outcomes, forget)
+        return started
 
     def record(self, key: str, transition: Transition) -> StepRecord:
         """Record an outcome of a step this pass owns: it is durable by the next write."""
@@ -170,7 +172,9 @@ class PassState:
                 run_id=self.run.run_id, key=key, kind=changes["kind"], status=changes["status"]
             )
         else:
-            record = copy.copy(previous)
+            # A new record, so the journal's copy of the old one stays as it was written.
+            record = object.__new__(StepRecord)
+            record.__dict__.update(previous.__dict__)
             record.history = list(previous.history)
         transition.apply(record)
         self.steps[key] = record

@@ -32,9 +32,8 @@ STOPPABLE: tuple[RunState, ...] = ("running", "suspended")
 
 
 def utcnow() -> datetime:
-    """The current time, timezone-aware, truncated to milliseconds as BSON stores it."""
-    now = datetime.now(UTC)
-    return now.replace(microsecond=now.microsecond // 1000 * 1000)
+    """The current time, timezone-aware (UTC)."""
+    return datetime.now(UTC)
 
 
 @dataclass

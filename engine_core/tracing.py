@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -49,10 +50,27 @@ def trace_id_of(traceparent: str | None) -> str | None:
     return parsed[0] if parsed else None
 
 
+#: How long "no SDK is configured" is believed before it is looked up again (the
+#: lookup reads the environment; an SDK is configured once, at any time).
+_NO_SDK_RECHECK_S = 1.0
+_no_sdk_until = 0.0
+
+
+def tracing_configured() -> bool:
+    """Whether an OpenTelemetry SDK is configured (spans would be recorded)."""
+    global _no_sdk_until
+    if time.monotonic() < _no_sdk_until:
+        return False
+    if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        _no_sdk_until = time.monotonic() + _NO_SDK_RECHECK_S
+        return False
+    return True
+
+
 @contextmanager
 def attempt_span(traceparent: str | None, name: str, attributes: dict[str, Any]) -> Iterator[Span]:
     """A span for one step attempt, a child of the run's stored trace."""
-    if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+    if not tracing_configured():
         # No SDK configured: every span would be a no-op, so skip building one.
         yield trace.INVALID_SPAN
         return

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import uuid
@@ -76,6 +77,9 @@ def _check(value: Any, path: str) -> None:
     )
 
 
+_SCALARS = frozenset({bool, int, float, str})
+
+
 def to_stored(value: Any, what: str) -> Any:
     """Return a fresh JSON-shaped copy of ``value`` or raise :class:`NotSerializableError`.
 
@@ -83,8 +87,17 @@ def to_stored(value: Any, what: str) -> Any:
     The copy keeps a caller's later mutation from changing what was checkpointed, and
     makes every store hand back the same shapes (tuples come back as lists).
     """
-    _check(value, what)
-    text = json.dumps(value)
+    if value is None or type(value) in _SCALARS:
+        _check(value, what)  # a scalar is its own copy; no JSON round trip needed
+        if type(value) is not str or len(value) <= MAX_VALUE_BYTES // 6:
+            return value
+    try:
+        _check(value, what)
+        text = json.dumps(value)
+    except RecursionError:
+        raise NotSerializableError(
+            f"{what} is nested too deeply to checkpoint; flatten it"
+        ) from None
     if len(text) > MAX_VALUE_BYTES:
         raise NotSerializableError(
             f"{what} is {len(text)} bytes as JSON, over the {MAX_VALUE_BYTES} byte limit "
@@ -107,6 +120,16 @@ def stored_size(*values: Any) -> int:
     return size
 
 
+_URL_NAMESPACE = uuid.NAMESPACE_URL.bytes
+
+
 def idempotency_key(run_id: str, step: str) -> str:
-    """The stable key of a step: the same across attempts, processes and stores."""
-    return str(uuid.uuid5(uuid.NAMESPACE_URL, json.dumps([run_id, step])))
+    """The stable key of a step: the same across attempts, processes and stores (the
+    UUIDv5 of ``json.dumps([run_id, step])`` in the URL namespace, computed directly:
+    this runs for every attempt)."""
+    name = json.dumps([run_id, step]).encode("utf-8", "surrogatepass")
+    digest = bytearray(hashlib.sha1(_URL_NAMESPACE + name).digest()[:16])
+    digest[6] = (digest[6] & 0x0F) | 0x50  # version 5
+    digest[8] = (digest[8] & 0x3F) | 0x80  # RFC 4122 variant
+    h = digest.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
