@@ -28,7 +28,7 @@ from pymongo import InsertOne, UpdateOne
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import BulkWriteError, DuplicateKeyError, OperationFailure
 
-from pikku_mongo.retry import retrying
+from pikku_mongo.retry import is_transient, retrying
 
 log = logging.getLogger("pikku_mongo.batcher")
 
@@ -104,7 +104,13 @@ class Batcher:
             while self._queue:
                 batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
                 try:
-                    await retrying()(self._settle, batch)
+                    try:
+                        await self._settle(batch)
+                    except Exception as exc:
+                        # Only then a retry controller: building one per batch costs.
+                        if not is_transient(exc):
+                            raise
+                        await retrying()(self._settle, batch)
                 except Exception as exc:
                     for write in batch:
                         if not write.future.done():

@@ -44,6 +44,26 @@ async def test_a_crash_inside_an_inline_step_is_finished_elsewhere(
     assert [r["attempt"] for r in fleet.records("step-start")] == [1, 2]
 
 
+@pytest.mark.parametrize("pause", [0.0, 0.5])
+async def test_a_crash_before_an_outcome_is_durable_reruns_the_step_as_a_counted_attempt(
+    fleet: Fleet, client: Engine, pause: float
+) -> None:
+    # One write per step: a step's outcome rides on the next durable write. The process
+    # dies after the step returned and before that write.
+    first = fleet.spawn()
+    run_id = await client.start("dies-after-return", {"pause": pause})
+    first.wait(timeout=30)  # it kills itself
+    fleet.spawn()
+    assert await client.result(run_id, timeout=60) == ["returned", "b"]
+    assert [r["attempt"] for r in fleet.records("step-start")] == [1, 2]
+    status = await client.status(run_id)
+    assert status.steps["a"].attempts == 2
+    history = [(e.step, e.attempt, e.status) for e in await client.history(run_id)]
+    assert ("a", 1, "failed") in history and ("a", 2, "succeeded") in history
+    lost = [e for e in await client.history(run_id) if e.step == "a" and e.status == "failed"]
+    assert lost[0].error is not None and lost[0].error["type"] == "WorkerLost"
+
+
 async def test_sleeps_wake_at_their_original_time_after_a_crash(
     fleet: Fleet, client: Engine
 ) -> None:

@@ -46,6 +46,16 @@ async def slow(tag: str, seconds: float) -> str:
     return tag
 
 
+async def returns_then_dies() -> str:
+    """Returns on its first attempt and kills the process before anything else happens:
+    the outcome exists only in memory (it rides on the next write, which never comes)."""
+    info = current_step()
+    record("step-start")
+    if info is not None and info.attempt == 1:
+        asyncio.get_running_loop().call_soon(os.kill, os.getpid(), signal.SIGKILL)
+    return "returned"
+
+
 def suicide() -> None:
     record("step-start")
     os.kill(os.getpid(), signal.SIGKILL)
@@ -90,6 +100,13 @@ def register(engine: Engine, functions: bool, workflows: bool) -> None:
     async def pass_counter(ctx: WorkflowContext, data: Any) -> str:
         record("pass", run=ctx.run_id)
         return str(await ctx.step("only", quick, "only"))
+
+    @engine.workflow("dies-after-return")
+    async def dies_after_return(ctx: WorkflowContext, data: Any) -> list[str]:
+        a = await ctx.step("a", returns_then_dies, retries=1)
+        await asyncio.sleep(data.get("pause", 0))  # the body computes between two steps
+        b = await ctx.step("b", quick, "b")
+        return [a, b]
 
     @engine.workflow("suicidal")
     async def suicidal(ctx: WorkflowContext, data: Any) -> None:
