@@ -19,7 +19,7 @@ from engine_core.driver import Driver
 from engine_core.mirror import RunMirror
 from engine_core.records import RunRecord
 from engine_core.recovery import WorkflowRecovery
-from engine_core.runtime import EngineConfig, StepFn, WorkflowFn
+from engine_core.runtime import EngineConfig, JobSlot, StepFn, WorkflowFn
 from engine_core.store import Store
 from engine_core.timers import Timers
 from engine_core.waiters import RunWaiters
@@ -135,6 +135,11 @@ class Host:
     def work_arrived(self) -> None:
         if self.worker is not None:
             self.worker.wake()
+
+    def job_slot(self, function: str) -> JobSlot | None:
+        if not self._serving or self.worker is None or function not in self.step_functions:
+            return None
+        return self.worker.slot()
 
     def arm_timer(self, run_id: str, due_at: datetime) -> None:
         if not self._serving:

@@ -398,31 +398,33 @@ class InMemoryStore:
         )
         return [_clone(s) for s in found[:limit]]
 
-    async def claim_step(
-        self, functions: Sequence[str], *, holder: str, claim_ttl: float
-    ) -> StepRecord | None:
+    async def claim_steps(
+        self, functions: Sequence[str], *, holder: str, claim_ttl: float, limit: int
+    ) -> list[StepRecord]:
         now = utcnow()
         wanted = set(functions)
-        due = [
-            s
-            for s in self._steps.values()
-            if s.kind == "dispatch"
-            and not s.halted
-            and s.function in wanted
-            and s.status == "scheduled"
-            and s.due_at is not None
-            and s.due_at <= now
-        ]
-        if not due:
-            return None
-        step = min(due, key=_step_order)
-        self._scheduled = None
-        step.status = "running"
-        step.attempts += 1
-        step.claim_holder = holder
-        step.claim_expires_at = now + timedelta(seconds=claim_ttl)
-        step.updated_at = now
-        return _clone(step)
+        due = sorted(
+            (
+                s
+                for s in self._steps.values()
+                if s.kind == "dispatch"
+                and not s.halted
+                and s.function in wanted
+                and s.status == "scheduled"
+                and s.due_at is not None
+                and s.due_at <= now
+            ),
+            key=_step_order,
+        )[: max(0, limit)]
+        if due:
+            self._scheduled = None
+        for step in due:
+            step.status = "running"
+            step.attempts += 1
+            step.claim_holder = holder
+            step.claim_expires_at = now + timedelta(seconds=claim_ttl)
+            step.updated_at = now
+        return [_clone(s) for s in due]
 
     async def requeue_lapsed_claims(self) -> int:
         now = utcnow()

@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from engine_core.mirror import RunMirror
-from engine_core.records import RunRecord
+from engine_core.records import RunRecord, StepRecord
 
 #: ``async def fn(ctx, input)``: a registered workflow body.
 WorkflowFn = Callable[[Any, Any], Awaitable[Any]]
@@ -33,6 +33,18 @@ class EngineConfig:
     concurrency: int
     #: How long leaving ``async with`` waits for running steps before cancelling them.
     shutdown_grace: float
+
+
+class JobSlot(Protocol):
+    """A place kept in this process's worker for one queue job."""
+
+    def run(self, job: StepRecord) -> Awaitable[StepRecord | None]:
+        """Run ``job`` (inserted claimed by this process) here. Resolves, once its
+        outcome is durable, to the job as it was recorded (succeeded, failed, or back
+        on the queue for a retry), or None when it was not (its claim was lost)."""
+
+    def release(self) -> None:
+        """Give the place back unused."""
 
 
 class Runtime(Protocol):
@@ -84,6 +96,11 @@ class Runtime(Protocol):
 
     def work_arrived(self) -> None:
         """A queue job or an owed pass may be waiting: wake the worker."""
+
+    def job_slot(self, function: str) -> JobSlot | None:
+        """A place for a job of ``function`` in this process's worker, if it serves, has
+        the function and has room now: the dispatching pass then waits for the job
+        here instead of ending."""
 
     def arm_timer(self, run_id: str, due_at: datetime) -> None:
         """Trigger the run when ``due_at`` comes (while serving)."""

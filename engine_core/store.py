@@ -231,16 +231,17 @@ class Store(Protocol):
     async def find_unnotified_steps(self, before: datetime, limit: int) -> list[StepRecord]:
         """Up to ``limit`` steps with ``notified`` false, last updated before ``before``."""
 
-    async def claim_step(
-        self, functions: Sequence[str], *, holder: str, claim_ttl: float
-    ) -> StepRecord | None:
-        """Claim the queue job due first among dispatched steps of these functions.
+    async def claim_steps(
+        self, functions: Sequence[str], *, holder: str, claim_ttl: float, limit: int
+    ) -> list[StepRecord]:
+        """Claim up to ``limit`` queue jobs among dispatched steps of these functions,
+        those due first.
 
         Eligible: not halted, ``scheduled``, ``due_at`` reached. (A claim that lapsed is
-        put back by :meth:`requeue_lapsed_claims`.) The claim sets ``running``, adds one to
-        ``attempts`` and sets the claim holder and expiry, atomically: of any number of
-        concurrent claimers exactly one gets each job attempt. Returns the step after
-        the claim, or None when nothing is due."""
+        put back by :meth:`requeue_lapsed_claims`.) Each claim sets ``running``, adds
+        one to ``attempts`` and sets the claim holder and expiry, atomically per job: of
+        any number of concurrent claimers exactly one gets each job attempt. Returns the
+        jobs claimed (after the claim); empty when nothing is due."""
 
     async def requeue_lapsed_claims(self) -> int:
         """Put every dispatched step that is ``running`` under a claim that has lapsed

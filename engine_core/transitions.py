@@ -16,7 +16,7 @@ steps are applied by the pass and journaled (fenced by its token), not written h
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from engine_core.records import AttemptEntry, StepGuard, StepKind, StepRecord, StepState, utcnow
@@ -186,6 +186,21 @@ def retried(step: StepRecord) -> Transition:
 # ---- queue jobs (written by the worker that claimed them) ---------------------------
 
 
+def claimed(job: StepRecord, holder: str, ttl: float) -> Transition:
+    """A queue job claimed by ``holder`` for ``ttl`` seconds: its next attempt runs."""
+    now = utcnow()
+    return Transition(
+        StepGuard(status_in=("scheduled",), attempts=job.attempts),
+        {
+            "status": "running",
+            "attempts": job.attempts + 1,
+            "claim_holder": holder,
+            "claim_expires_at": now + timedelta(seconds=ttl),
+            "updated_at": now,
+        },
+    )
+
+
 def claim_guard(job: StepRecord, holder: str) -> StepGuard:
     """The job is still running under this holder's claim of this attempt."""
     return StepGuard(status_in=("running",), attempts=job.attempts, claim_holder=holder)
@@ -216,10 +231,13 @@ def job_ended(
     error: dict[str, Any] | None = None,
     due_at: datetime | None = None,
     started_at: datetime | None = None,
+    told: bool = False,
 ) -> Transition:
     """A claimed job's outcome, fenced by the claim. A job that ends is written
-    ``notified=False`` until its run is told. ``counted`` overrides the attempts
-    stored when they differ from the claim's (every attempt lost with its worker)."""
+    ``notified=False`` until its run is told, unless ``told``: its pass waits for it in
+    this process and takes the outcome as it is written. ``counted`` overrides the
+    attempts stored when they differ from the claim's (every attempt lost with its
+    worker)."""
     now = utcnow()
     changes: dict[str, Any] = {
         "status": status,
@@ -233,7 +251,7 @@ def job_ended(
         changes["due_at"] = due_at
     if status in _ENDED:
         changes["ended_at"] = now
-        changes["notified"] = False
+        changes["notified"] = told
     if counted is not None and counted != job.attempts:
         changes["attempts"] = counted
     return Transition(

@@ -15,7 +15,9 @@ from engine_core.errors import WorkflowNotRegisteredError
 from engine_core.mirror import mirror_step
 from engine_core.pass_state import Parked, PassState, stored_failure
 from engine_core.records import StepKind, StepRecord, utcnow
-from engine_core.transitions import woken
+from engine_core.runtime import JobSlot
+from engine_core.transitions import claimed as claim
+from engine_core.transitions import job_returned, woken, write
 from engine_core.values import check_name, check_retries, to_stored
 
 
@@ -82,13 +84,49 @@ async def dispatch_step(
             function=function,
             payload=to_stored(payload, f"payload of step {key!r}"),
         )
-        await p.track(_arm(p, job))
-        p.runtime.work_arrived()
+        slot = p.runtime.job_slot(function)
+        if slot is not None:
+            ran = await p.track(_run_here(p, job, slot))
+            if ran is not None and ran.status in ("succeeded", "failed"):
+                p.adopt(ran)
+                if ran.status == "failed":
+                    raise stored_failure(ran)
+                return ran.result
+        else:
+            await p.track(_arm(p, job))
+            p.runtime.work_arrived()
     elif p.steps[key].halted:
         # A suspend that raced a resume can leave the job halted on a running run.
         await p.track(p.start(key, 0))
         await p.control.unhalt(p.run_id)
     await p.park()
+
+
+async def _run_here(p: PassState, job: StepRecord, slot: JobSlot) -> StepRecord | None:
+    """Put the job on the queue already claimed by this process and run it here while
+    the pass waits (no park, no replay). Inserted first and started second: a stop
+    that lands in between fences the start, and the job goes back unrun. Returns the
+    job as recorded, or None when the pass must park instead."""
+    holder = p.runtime.instance_id
+    claimed = claim(job, holder, p.runtime.config.lease_ttl).apply(job)
+    try:
+        inserted = await p.store.insert_step(claimed)
+    except BaseException:
+        slot.release()
+        raise
+    if not inserted:  # armed already, by a pass that died: the queue has it
+        slot.release()
+        return None
+    try:
+        await p.start(job.key, 0)
+    except BaseException:
+        slot.release()
+        await write(p.store, p.run_id, job.key, job_returned(claimed, holder))
+        await p.control.reconcile_halt(p.run_id)
+        raise
+    p.steps[job.key] = claimed
+    await mirror_step(p.runtime.mirror, claimed)
+    return await slot.run(claimed)
 
 
 async def sleep_step(p: PassState, name: str, duration: Duration) -> None:

@@ -7,6 +7,7 @@ import logging
 import random
 from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 from engine_core.attempt import error_info, run_attempt
 from engine_core.context import StepInfo
@@ -19,7 +20,7 @@ from engine_core.runtime import Runtime
 from engine_core.store import Store
 from engine_core.tasks import cancel_and_wait, wait_event
 from engine_core.tracing import run_log_context
-from engine_core.transitions import Transition, job_ended, job_returned, write
+from engine_core.transitions import Outcome, job_ended, job_returned, write
 from engine_core.values import idempotency_key
 
 log = logging.getLogger("engine_core")
@@ -38,6 +39,9 @@ class Worker:
         self._wake = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
         self._jobs: set[asyncio.Task[None]] = set()
+        self._reserved = 0
+        # Jobs run here for a pass that waits for them in this process.
+        self._handoff: dict[tuple[str, str], asyncio.Future[StepRecord | None]] = {}
         self._skip_until: dict[str, float] = {}
 
     def wake(self) -> None:
@@ -79,16 +83,14 @@ class Worker:
         config = runtime.config
         found = False
         functions = list(runtime.step_function_names())
-        while functions and len(self._jobs) < config.concurrency:
-            job = await self.store.claim_step(
-                functions, holder=runtime.instance_id, claim_ttl=config.lease_ttl
+        room = config.concurrency - len(self._jobs) - self._reserved
+        if functions and room > 0:
+            jobs = await self.store.claim_steps(
+                functions, holder=runtime.instance_id, claim_ttl=config.lease_ttl, limit=room
             )
-            if job is None:
-                break
-            found = True
-            task = asyncio.ensure_future(self._run_job(job))
-            self._jobs.add(task)
-            task.add_done_callback(self._jobs.discard)
+            for job in jobs:
+                self._launch(job)
+            found = bool(jobs)
         workflows = list(runtime.workflow_names())
         if workflows:
             now = asyncio.get_running_loop().time()
@@ -109,9 +111,45 @@ class Worker:
 
         return skip
 
-    async def _run_job(self, job: StepRecord) -> None:
-        """Run one claimed attempt of a dispatched step and record its outcome, fenced."""
-        holder = self.runtime.instance_id
+    # ---- jobs run for a pass waiting here ----------------------------------------
+
+    def slot(self) -> _Slot | None:
+        """A place for one job now, if this worker has room (see ``Runtime.job_slot``)."""
+        if len(self._jobs) + self._reserved >= self.runtime.config.concurrency:
+            return None
+        self._reserved += 1
+        return _Slot(self)
+
+    def run_claimed(self, job: StepRecord) -> asyncio.Future[StepRecord | None]:
+        """Run ``job``, inserted already claimed by this process, and hand its recorded
+        outcome to the pass that waits for it."""
+        waiting: asyncio.Future[StepRecord | None] = asyncio.get_running_loop().create_future()
+        self._handoff[(job.run_id, job.key)] = waiting
+        self._launch(job, checked=True)
+        return waiting
+
+    def _launch(self, job: StepRecord, *, checked: bool = False) -> None:
+        task = asyncio.ensure_future(self._run_job(job, checked=checked))
+        self._jobs.add(task)
+
+        def done(finished: asyncio.Task[None]) -> None:
+            self._jobs.discard(finished)
+            waiting = self._handoff.pop((job.run_id, job.key), None)
+            if waiting is not None and not waiting.done():
+                # It ended without recording an outcome for its pass: the pass parks.
+                waiting.set_result(None)
+            if not finished.cancelled() and finished.exception() is not None:
+                log.error("job %r of run %s failed", job.key, job.run_id,
+                          exc_info=finished.exception())  # fmt: skip
+
+        task.add_done_callback(done)
+
+    # ---- running a job -----------------------------------------------------------
+
+    async def _run_job(self, job: StepRecord, *, checked: bool = False) -> None:
+        """Run one claimed attempt of a dispatched step and record its outcome, fenced.
+        ``checked``: the dispatching pass saw the run still running after the job was
+        inserted, so the run need not be read."""
         attempt = job.attempts
         if attempt > job.max_attempts:
             # Every attempt it was allowed was claimed and lost with its worker.
@@ -120,17 +158,19 @@ class Worker:
                 "message": f"step {job.key!r} lost its worker on each of its "
                 f"{job.max_attempts} attempt(s)",
             }
-            lost = job_ended(job, holder, "failed", counted=attempt - 1, error=error)
-            await self._record(job, lost)
+            await self._record(job, "failed", counted=attempt - 1, error=error)
             return
-        # The claim cannot see the run: a job inserted while a cancel or suspend was on
-        # its way may be claimable for a moment. Whatever started after a stop returned
-        # reads it here; the job goes back on the queue, halted, costing no attempt.
-        run = await self.store.get_run(job.run_id)
-        if run is None or run.status != "running":
-            await write(self.store, job.run_id, job.key, job_returned(job, holder))
-            await self.control.reconcile_halt(job.run_id)
-            return
+        if not checked:
+            # The claim cannot see the run: a job inserted while a cancel or suspend was
+            # on its way may be claimable for a moment. Whatever started after a stop
+            # returned reads it here; the job goes back on the queue, halted, costing no
+            # attempt.
+            run = await self.store.get_run(job.run_id)
+            if run is None or run.status != "running":
+                holder = self.runtime.instance_id
+                await write(self.store, job.run_id, job.key, job_returned(job, holder))
+                await self.control.reconcile_halt(job.run_id)
+                return
         function = self.runtime.step_fn(job.function or "")
         assert function is not None, "claims only take jobs of registered step functions"
         info = StepInfo(job.run_id, job.key, attempt, idempotency_key(job.run_id, job.key))
@@ -146,7 +186,7 @@ class Worker:
             return await self.store.extend_claim(
                 job.run_id,
                 job.key,
-                holder=holder,
+                holder=self.runtime.instance_id,
                 attempt=attempt,
                 claim_ttl=self.runtime.config.lease_ttl,
             )
@@ -169,19 +209,21 @@ class Worker:
             if attempt < job.max_attempts:
                 wait = retry_delay_seconds(job.retry_delay or 0, attempt, random.random())
                 due = utcnow() + timedelta(seconds=wait)
-                retry = job_ended(
-                    job, holder, "scheduled", error=error, due_at=due, started_at=started
-                )
-                if await self._record(job, retry, tell=False):
+                if await self._record(
+                    job, "scheduled", error=error, due_at=due, started_at=started
+                ):
                     self.runtime.arm_work_timer(due)
                 return
-            failed = job_ended(job, holder, "failed", error=error, started_at=started)
-            await self._record(job, failed)
+            await self._record(job, "failed", error=error, started_at=started)
             return
-        done = job_ended(job, holder, "succeeded", result=result, started_at=started)
-        await self._record(job, done)
+        await self._record(job, "succeeded", result=result, started_at=started)
 
-    async def _record(self, job: StepRecord, transition: Transition, *, tell: bool = True) -> bool:
+    async def _record(self, job: StepRecord, status: Outcome, **fields: Any) -> bool:
+        """Write the job's outcome (fenced by its claim); hand it to its pass when one
+        waits for it here, else tell the run."""
+        waiting = self._handoff.get((job.run_id, job.key))
+        told = waiting is not None and not waiting.done()
+        transition = job_ended(job, self.runtime.instance_id, status, told=told, **fields)
         if not await write(self.store, job.run_id, job.key, transition):
             log.warning(
                 "run %s: step %r attempt %d lost its claim; outcome dropped",
@@ -190,10 +232,39 @@ class Worker:
                 job.attempts,
             )
             return False
-        if self.runtime.mirror is not None:
-            recorded = await self.store.get_step(job.run_id, job.key)
-            if recorded is not None:
-                await mirror_step(self.runtime.mirror, recorded)
-        if tell:
+        recorded = transition.apply(_copy(job))
+        await mirror_step(self.runtime.mirror, recorded)
+        if told and waiting is not None:
+            del self._handoff[(job.run_id, job.key)]
+            waiting.set_result(recorded)
+        elif status != "scheduled":
             await self.control.notify_run(job.run_id, job.key)
         return True
+
+
+class _Slot:
+    """A place kept in the worker for one job (see :meth:`Worker.slot`)."""
+
+    def __init__(self, worker: Worker) -> None:
+        self._worker: Worker | None = worker
+
+    def run(self, job: StepRecord) -> asyncio.Future[StepRecord | None]:
+        worker = self._take()
+        return worker.run_claimed(job)
+
+    def release(self) -> None:
+        if self._worker is not None:
+            self._take()
+
+    def _take(self) -> Worker:
+        worker, self._worker = self._worker, None
+        assert worker is not None, "a job slot is used once"
+        worker._reserved -= 1
+        return worker
+
+
+def _copy(step: StepRecord) -> StepRecord:
+    twin = object.__new__(StepRecord)
+    twin.__dict__.update(step.__dict__)
+    twin.history = list(step.history)
+    return twin

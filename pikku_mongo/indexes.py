@@ -3,6 +3,9 @@
 Indexes keep their default (key-derived) names, so creating them again is a no-op on
 every server.
 
+Queries spell their equalities ``{"$eq": v}`` (see ``filters.eq``): that is how
+nx-27017 uses these indexes at all outside ``find``.
+
 The lease TTL index is garbage collection only: expiry is always judged by the queries
 themselves (on ``expires_us``), and a server that refuses the index gets a warning, not
 an error. It removes a lease document :data:`LEASE_GC_AFTER` seconds after the lease
@@ -41,18 +44,15 @@ STEP_INDEXES = [
     IndexModel([("run_id", ASCENDING)]),
     # find_unnotified_steps: settled steps whose run was not told yet.
     IndexModel([("notified", ASCENDING), ("updated_at", ASCENDING)]),
-    # find_scheduled_steps: the keyset scan in (due_at, run_id, key) order.
-    IndexModel(
-        [("status", ASCENDING), ("due_at", ASCENDING), ("run_id", ASCENDING), ("key", ASCENDING)]
-    ),
-    # claim_step: dispatched steps by status, first due first.
+    # find_scheduled_steps: the keyset scan in due_at order.
+    IndexModel([("status", ASCENDING), ("due_at", ASCENDING)]),
+    # claim_steps: claimable queue jobs, first due first; requeue_lapsed_claims.
     IndexModel(
         [
-            ("kind", ASCENDING),
             ("status", ASCENDING),
+            ("kind", ASCENDING),
+            ("halted", ASCENDING),
             ("due_at", ASCENDING),
-            ("run_id", ASCENDING),
-            ("key", ASCENDING),
         ]
     ),
 ]

@@ -13,12 +13,18 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from pymongo import ReturnDocument
 from pymongo.asynchronous.collection import AsyncCollection
 
 from engine_core.records import AttemptEntry, StepGuard, StepPage, StepRecord, utcnow
 from pikku_mongo.batcher import Batcher, Doc
-from pikku_mongo.checks import check_bool, check_datetime, check_int, check_seconds, check_str
+from pikku_mongo.checks import (
+    check_bool,
+    check_datetime,
+    check_int,
+    check_seconds,
+    check_str,
+    check_strs,
+)
 from pikku_mongo.documents import (
     entry_from_text,
     pack,
@@ -28,13 +34,12 @@ from pikku_mongo.documents import (
     to_us,
 )
 from pikku_mongo.filters import (
-    CLAIM_SORT,
-    SCHEDULED_SORT,
     check_changes,
     claim_filter,
+    eq,
     guard_filter,
     lapsed_claims_filter,
-    scheduled_match,
+    scheduled_from,
     step_id,
     step_update,
 )
@@ -52,7 +57,7 @@ class StepOps:
     @transient_retry
     async def load_steps(self, run_id: str) -> list[StepRecord]:
         """1 find by ``run_id`` (plus a getMore per further batch)."""
-        cursor = self.steps.find({"run_id": pack(check_str(run_id, "run id"))})
+        cursor = self.steps.find({"run_id": eq(pack(check_str(run_id, "run id")))})
         return [step_from_doc(doc) for doc in await cursor.to_list()]
 
     @transient_retry
@@ -131,7 +136,7 @@ class StepOps:
         if check_int(limit, "limit") <= 0:
             return []
         query: Doc = {
-            "notified": False,
+            "notified": eq(False),
             "updated_at": {"$lt": to_us(check_datetime(before, "before"))},
         }
         docs = await self.steps.find(query).sort(_LEAST_RECENT).limit(limit).to_list()
@@ -140,32 +145,56 @@ class StepOps:
     # ---- the queue ----------------------------------------------------------------
 
     @transient_retry
-    async def claim_step(
-        self, functions: Sequence[str], *, holder: str, claim_ttl: float
-    ) -> StepRecord | None:
-        """1 findAndModify: the filter is the eligibility guard, so of concurrent
-        claimers exactly one matches each job attempt. (A repeat after a lost reply may
-        claim a second job; the first one's claim then lapses and it goes back to the
-        queue, as it would had the repeat not happened.)"""
-        if not functions:
-            return None
+    async def claim_steps(
+        self, functions: Sequence[str], *, holder: str, claim_ttl: float, limit: int
+    ) -> list[StepRecord]:
+        """1 find of the jobs due first (the claim index), then 1 group-committed bulk of
+        guarded claims, one per job: its guard (still ``scheduled``, the same attempts,
+        not halted) holds for exactly one of any number of concurrent claimers. (A
+        repeat after a lost reply finds its own claims landed: each confirms by its
+        holder and attempt.)"""
+        wanted = {pack(f) for f in check_strs(functions, "step function")}
+        if check_int(limit, "limit") <= 0 or not wanted:
+            return []
         now = utcnow()
         expires = now + timedelta(seconds=check_seconds(claim_ttl, "claim_ttl"))
-        doc = await self.steps.find_one_and_update(
-            claim_filter(functions, now),
-            {
-                "$set": {
-                    "status": "running",
-                    "claim_holder": pack(check_str(holder, "claim holder")),
-                    "claim_expires_at": to_us(expires),
-                    "updated_at": to_us(now),
-                },
-                "$inc": {"attempts": 1},
-            },
-            sort=CLAIM_SORT,
-            return_document=ReturnDocument.AFTER,
-        )
-        return step_from_doc(doc) if doc is not None else None
+        who = pack(check_str(holder, "claim holder"))
+        cursor = self.steps.find(claim_filter(now)).sort([("due_at", 1)]).limit(limit * 4)
+        candidates = [d for d in await cursor.to_list() if d.get("function") in wanted]
+        claim = {
+            "status": "running",
+            "claim_holder": who,
+            "claim_expires_at": to_us(expires),
+            "updated_at": to_us(now),
+        }
+
+        async def one(doc: Doc) -> StepRecord | None:
+            attempts = int(doc.get("attempts", 0))
+            guard = {
+                "_id": doc["_id"],
+                "status": eq("scheduled"),
+                "attempts": eq(attempts),
+                "halted": eq(False),
+            }
+
+            async def confirm() -> bool:
+                mine = {"_id": doc["_id"], "claim_holder": eq(who), "attempts": eq(attempts + 1)}
+                return await self._matches(mine)
+
+            landed = await self.step_writes.guarded(
+                guard, {"$set": claim, "$inc": {"attempts": 1}}, confirm
+            )
+            if not landed:
+                return None
+            doc.update(claim, attempts=attempts + 1)
+            return step_from_doc(doc)
+
+        won: list[StepRecord] = []
+        while candidates and len(won) < limit:
+            # A claim lost to a rival goes to the next candidate.
+            take, candidates = candidates[: limit - len(won)], candidates[limit - len(won) :]
+            won += [s for s in await asyncio.gather(*(one(d) for d in take)) if s is not None]
+        return won
 
     @transient_retry
     async def requeue_lapsed_claims(self) -> int:
@@ -202,7 +231,7 @@ class StepOps:
     async def halt_steps(self, run_id: str, halted: bool) -> None:
         """1 update (multi)."""
         await self.steps.update_many(
-            {"run_id": pack(check_str(run_id, "run id")), "kind": "dispatch"},
+            {"run_id": eq(pack(check_str(run_id, "run id"))), "kind": eq("dispatch")},
             {"$set": {"halted": check_bool(halted, "halted")}},
         )
 
@@ -210,13 +239,24 @@ class StepOps:
     async def find_scheduled_steps(
         self, limit: int, after: StepPage | None = None
     ) -> list[StepRecord]:
-        """1 aggregate ($match, $sort, $limit): keyset pagination, no skip."""
+        """1 find in ``due_at`` order (the (status, due_at) index), keyset-paginated; when
+        the page ends inside a group of steps due at the same moment, 1 more find for
+        the rest of that group, so the next page starts strictly after it. No skip, no
+        ``$or``: each page costs what it returns, however many steps are parked."""
         if check_int(limit, "limit") <= 0:
             return []
-        pipeline: list[Doc] = [
-            {"$match": scheduled_match(after)},
-            {"$sort": SCHEDULED_SORT},
-            {"$limit": limit},
-        ]
-        cursor = await self.steps.aggregate(pipeline)
-        return [step_from_doc(doc) for doc in await cursor.to_list()]
+        if after is not None:  # the page's last row: only its time bounds the next page
+            check_str(after.run_id, "page run id")
+            check_str(after.key, "page key")
+        query = scheduled_from(after.due_at if after is not None else None)
+        if after is not None:
+            query["due_at"]["$gt"] = query["due_at"].pop("$gte")
+        docs = await self.steps.find(query).sort([("due_at", 1)]).limit(limit).to_list()
+        if len(docs) == limit:
+            last = docs[-1]["due_at"]
+            seen = {d["_id"] for d in docs if d["due_at"] == last}
+            rest = await self.steps.find({"status": eq("scheduled"), "due_at": eq(last)}).to_list()
+            docs += [d for d in rest if d["_id"] not in seen]
+        steps = [step_from_doc(doc) for doc in docs]
+        steps.sort(key=lambda s: (s.due_at, s.run_id, s.key))
+        return steps

@@ -46,6 +46,7 @@ from pikku_mongo.documents import (
     to_us,
 )
 from pikku_mongo.errors import MissingDatabaseError
+from pikku_mongo.filters import eq
 from pikku_mongo.indexes import create_indexes
 from pikku_mongo.migrations import migrate
 from pikku_mongo.retry import transient_retry
@@ -147,11 +148,17 @@ class MongoStore(RunOps, StepOps):
         unconsumed event. (Retried as a whole: a repeat finds what it took.)"""
         run = pack(check_str(run_id, "run id"))
         taker = pack(check_str(consumer, "event consumer"))
-        mine = await self.events.find_one({"run_id": run, "consumed_by": taker}, sort=_BY_ID)
+        mine = await self.events.find_one(
+            {"run_id": eq(run), "consumed_by": eq(taker)}, sort=_BY_ID
+        )
         if mine is not None:
             return event_from_doc(mine)
         doc = await self.events.find_one_and_update(
-            {"run_id": run, "name": pack(check_str(name, "event name")), "consumed": False},
+            {
+                "run_id": eq(run),
+                "name": eq(pack(check_str(name, "event name"))),
+                "consumed": eq(False),
+            },
             {"$set": {"consumed": True, "consumed_by": taker}},
             sort=_BY_ID,
             return_document=_AFTER,

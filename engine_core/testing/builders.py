@@ -68,3 +68,9 @@ def done_step(run_id: str, key: str, attempts: int = 1, result: Any = None) -> S
         ended_at=now,
         history=[AttemptEntry(attempt=attempts, status="succeeded", at=now, started_at=now)],
     )
+
+
+async def claim_one(store: Store, function: str, holder: str, ttl: float) -> StepRecord | None:
+    """Claim one job, the one due first, or None."""
+    jobs = await store.claim_steps([function], holder=holder, claim_ttl=ttl, limit=1)
+    return jobs[0] if jobs else None

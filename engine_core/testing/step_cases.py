@@ -12,7 +12,7 @@ from engine_core.records import (
     utcnow,
 )
 from engine_core.store import Store
-from engine_core.testing.builders import done_step, make_job
+from engine_core.testing.builders import claim_one, done_step, make_job
 
 
 class StepCases:
@@ -106,40 +106,64 @@ class StepCases:
         await store.insert_step(make_job("r", "early", due_in=-5))
         await store.insert_step(make_job("r", "future", due_in=60))
         await store.insert_step(make_job("r", "other-fn", due_in=-9, function="other"))
-        first = await store.claim_step(["fn"], holder="w1", claim_ttl=30)
-        second = await store.claim_step(["fn"], holder="w1", claim_ttl=30)
+        first = await claim_one(store, "fn", "w1", 30)
+        second = await claim_one(store, "fn", "w1", 30)
         assert first is not None and second is not None
         assert (first.key, second.key) == ("early", "late")
         assert first.status == "running" and first.attempts == 1
         assert first.claim_holder == "w1" and first.claim_expires_at is not None
-        assert await store.claim_step(["fn"], holder="w1", claim_ttl=30) is None
+        assert await claim_one(store, "fn", "w1", 30) is None
 
     async def test_halted_jobs_are_not_claimed(self, store: Store) -> None:
         await store.insert_step(make_job("r", "s"))
         await store.halt_steps("r", True)
-        assert await store.claim_step(["fn"], holder="w", claim_ttl=30) is None
+        assert await claim_one(store, "fn", "w", 30) is None
         await store.halt_steps("r", False)
-        assert await store.claim_step(["fn"], holder="w", claim_ttl=30) is not None
+        assert await claim_one(store, "fn", "w", 30) is not None
+
+    async def test_a_batch_claim_takes_the_jobs_due_first(self, store: Store) -> None:
+        for i in range(10):
+            await store.insert_step(make_job("r", f"s{i}", due_in=-10 + i))
+        await store.insert_step(make_job("r", "other", due_in=-20, function="other"))
+        batch = await store.claim_steps(["fn"], holder="w", claim_ttl=30, limit=4)
+        assert [j.key for j in batch] == ["s0", "s1", "s2", "s3"]
+        assert all(j.status == "running" and j.attempts == 1 for j in batch)
+        rest = await store.claim_steps(["fn", "other"], holder="w", claim_ttl=30, limit=100)
+        assert sorted(j.key for j in rest) == ["other", *(f"s{i}" for i in range(4, 10))]
+        assert await store.claim_steps(["fn"], holder="w", claim_ttl=30, limit=10) == []
+
+    async def test_concurrent_batch_claims_one_winner_per_job(self, store: Store) -> None:
+        for i in range(40):
+            await store.insert_step(make_job("r", f"s{i:02d}"))
+        batches = await asyncio.gather(
+            *(store.claim_steps(["fn"], holder=f"w{i}", claim_ttl=30, limit=7) for i in range(12))
+        )
+        won = [j.key for batch in batches for j in batch]
+        assert len(won) == len(set(won))
+        won += [j.key for j in await store.claim_steps(["fn"], holder="z", claim_ttl=30, limit=99)]
+        assert sorted(won) == [f"s{i:02d}" for i in range(40)]
 
     async def test_concurrent_claims_one_winner_per_job(self, store: Store) -> None:
         for i in range(20):
             await store.insert_step(make_job("r", f"s{i:02d}"))
-        claims = await asyncio.gather(
-            *(store.claim_step(["fn"], holder=f"w{i}", claim_ttl=30) for i in range(60))
-        )
-        won = [c.key for c in claims if c is not None]
+        won: list[str] = []
+        for _ in range(40):  # rounds of racing claimers, until every job is taken
+            claims = await asyncio.gather(*(claim_one(store, "fn", f"w{i}", 30) for i in range(6)))
+            won += [c.key for c in claims if c is not None]
+            if len(won) >= 20:
+                break
         assert sorted(won) == [f"s{i:02d}" for i in range(20)]
 
     async def test_lapsed_claim_is_taken_back_as_a_new_attempt(self, store: Store) -> None:
         await store.insert_step(make_job("r", "s"))
-        first = await store.claim_step(["fn"], holder="dead", claim_ttl=0.05)
+        first = await claim_one(store, "fn", "dead", 0.05)
         assert first is not None and first.attempts == 1
-        assert await store.claim_step(["fn"], holder="live", claim_ttl=30) is None
+        assert await claim_one(store, "fn", "live", 30) is None
         assert await store.requeue_lapsed_claims() == 0  # still live
         await asyncio.sleep(0.1)
         assert await store.requeue_lapsed_claims() == 1
         assert await store.requeue_lapsed_claims() == 0
-        second = await store.claim_step(["fn"], holder="live", claim_ttl=30)
+        second = await claim_one(store, "fn", "live", 30)
         assert second is not None and second.attempts == 2 and second.claim_holder == "live"
         # The dead worker's outcome is fenced out.
         assert not await store.update_step(
