@@ -284,6 +284,7 @@ def step_to_doc(step: StepRecord) -> Doc:
 
 
 _STEP_DEFAULTS = StepRecord(run_id="", key="", kind="inline", status="pending")
+_DEFAULT_VALUES: dict[str, Any] = dict(_STEP_DEFAULTS.__dict__)
 
 
 def step_from_doc(doc: Doc) -> StepRecord:
@@ -343,19 +344,22 @@ def _entry_of(data: Doc) -> AttemptEntry:
 
 
 def step_to_text(step: StepRecord) -> str:
-    """A whole step record as JSON text, as the run's journal holds it (the fields that
-    differ from their defaults only; times in microseconds)."""
-    data: Doc = {}
-    for f in fields(StepRecord):
-        value = getattr(step, f.name)
-        if f.name != "key" and value == getattr(_STEP_DEFAULTS, f.name):
+    """A whole step record as JSON text, as the run's journal holds it: the fields that
+    differ from their defaults only (the run id is the run's), times in microseconds.
+    Written for every step, so it is kept cheap."""
+    data: Doc = {"key": step.key}
+    for name, value in step.__dict__.items():
+        if name in _TEXT_SKIPPED or value == _DEFAULT_VALUES[name]:
             continue
-        if f.name in _STEP_TIME_FIELDS:
-            value = opt_to_us(value)
-        elif f.name == "history":
+        if name in _STEP_TIME_FIELDS:
+            value = to_us(value)
+        elif name == "history":
             value = [_entry_dict(e) for e in value]
-        data[f.name] = value
+        data[name] = value
     return dump_value(data)
+
+
+_TEXT_SKIPPED = frozenset({"run_id", "key"})
 
 
 def step_from_text(run_id: str, text: Any) -> StepRecord:
