@@ -62,7 +62,8 @@ class RunControl:
         The step is written ``notified=False`` first, so a crash between the two leaves
         a trace that recovery finds and repairs.
         """
-        await self.trigger(run_id)
+        await self.store.request_pass(run_id, changed=key)
+        self.runtime.kick(run_id)
         await write(self.store, run_id, key, told())
 
     # ---- stopping and restarting -----------------------------------------------

@@ -9,14 +9,18 @@ process); the pass cannot park over it, and the holder runs another.
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
 from collections.abc import Callable
 
 from engine_core.control import RunControl
 from engine_core.leases import KeepAlive
-from engine_core.records import ACTIVE, RunRecord
+from engine_core.records import ACTIVE, RunRecord, StepRecord
 from engine_core.run_pass import PassEnd, RunPass
 from engine_core.runtime import Runtime
 from engine_core.store import Store
+
+#: How many parked runs' steps a driver remembers.
+REMEMBERED_RUNS = 1024
 
 
 class Driver:
@@ -33,6 +37,10 @@ class Driver:
         # take a lease whose clock runs while they queue for the store.
         self._pass_slots = asyncio.Semaphore(runtime.config.concurrency)
         self._queued = 0
+        # The steps of runs whose last pass ran here and parked, by token: the next pass
+        # here reads again only what changed since (``RunRecord.changed``), so a run of N
+        # parks (dispatches, waits) reads O(N) step records in all, not O(N**2).
+        self._remembered: OrderedDict[str, tuple[int, list[StepRecord]]] = OrderedDict()
 
     def driving(self, run_id: str) -> bool:
         """Whether this process drives the run now."""
@@ -89,7 +97,10 @@ class Driver:
         try:
             async with self._pass_slots:
                 run = adopted or await self.store.begin_pass(
-                    run_id, holder=self.runtime.instance_id, ttl=config.lease_ttl
+                    run_id,
+                    holder=self.runtime.instance_id,
+                    ttl=config.lease_ttl,
+                    workflows=self.runtime.workflow_names(),
                 )
                 if run is None:
                     return False
@@ -137,7 +148,7 @@ class Driver:
             await self.store.request_pass(run_id)
             await self.store.release_pass(run_id, token=token)
             return "terminal"
-        steps = await self.store.load_steps(run_id) if run.passes > 1 else []
+        steps = await self._steps_of(run)
         ttl = self.runtime.config.lease_ttl
 
         async def renew() -> bool:
@@ -146,9 +157,32 @@ class Driver:
         try:
             async with KeepAlive(renew, ttl, f"the lease of run {run_id!r}"):
                 run_pass = RunPass(self.store, self.runtime, self.control, run, steps)
-                return await run_pass.execute()
+                end = await run_pass.execute()
+            if end == "parked":
+                self._remember(run_id, token, list(run_pass.steps.values()))
+            return end
         except BaseException:
             # Cancelled (a shutdown past its grace) or broken: let the fleet take the run
             # now instead of when the lease lapses.
             await self.store.release_pass(run_id, token=token)
             raise
+
+    async def _steps_of(self, run: RunRecord) -> list[StepRecord]:
+        """The run's step records for a pass that begins it: none for its first pass,
+        what this process remembers (plus what changed since) when the last pass was
+        this process's, else all of them."""
+        remembered = self._remembered.pop(run.run_id, None)
+        if run.passes <= 1:
+            return []
+        if remembered is None or remembered[0] + 1 != run.token or "*" in run.changed:
+            return await self.store.load_steps(run.run_id)
+        steps = {s.key: s for s in remembered[1]}
+        if run.changed:
+            for step in await self.store.get_steps(run.run_id, run.changed):
+                steps[step.key] = step
+        return list(steps.values())
+
+    def _remember(self, run_id: str, token: int, steps: list[StepRecord]) -> None:
+        self._remembered[run_id] = (token, steps)
+        while len(self._remembered) > REMEMBERED_RUNS:
+            self._remembered.popitem(last=False)

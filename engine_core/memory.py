@@ -119,10 +119,16 @@ class InMemoryStore:
         ]
 
     async def begin_pass(
-        self, run_id: str, *, holder: str, ttl: float, held: int | None = None
+        self,
+        run_id: str,
+        *,
+        holder: str,
+        ttl: float,
+        held: int | None = None,
+        workflows: Sequence[str] | None = None,
     ) -> RunRecord | None:
         run = self._runs.get(run_id)
-        if run is None:
+        if run is None or (workflows is not None and run.workflow not in workflows):
             return None
         now = utcnow()
         if held is None:
@@ -258,6 +264,8 @@ class InMemoryStore:
             return None
         for key in forget:
             run.journal.pop(key, None)
+        if "*" not in run.changed:
+            run.changed.append("*")  # a stop or a restart: passes read every step again
         run.status = status
         if error is not None:
             run.error = _clone(error)

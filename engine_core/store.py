@@ -57,7 +57,13 @@ class Store(Protocol):
         those statuses), in no particular order: one query for many waiters."""
 
     async def begin_pass(
-        self, run_id: str, *, holder: str, ttl: float, held: int | None = None
+        self,
+        run_id: str,
+        *,
+        holder: str,
+        ttl: float,
+        held: int | None = None,
+        workflows: Sequence[str] | None = None,
     ) -> RunRecord | None:
         """Open a pass under the run's lease, in one atomic write: add one to ``token``
         and ``passes``, clear ``pending_pass`` and ``changed``, set ``open_pass``, and
@@ -65,8 +71,9 @@ class Store(Protocol):
 
         Without ``held`` it lands only if the run's lease is free or expired; with
         ``held`` (the token of the pass ``holder`` just ran) only if the token is still
-        ``held``: the holder goes on under the lease it has. Returns the run after the
-        write, except that ``changed`` lists what it held before (the steps settled
+        ``held``: the holder goes on under the lease it has; with ``workflows``, only if
+        the run is of one of them (a holder begins no pass it cannot run). Returns the run
+        after the write, except that ``changed`` lists what it held before (the steps settled
         outside passes since the previous pass began); None when the lease is live
         elsewhere, the token moved on, or the run does not exist. The token fences every
         later write of this pass."""
@@ -152,9 +159,9 @@ class Store(Protocol):
     ) -> RunRecord | None:
         """Move the run to ``status`` if it is in one of ``expect`` (not fenced by token:
         this is how cancel, suspend and resume act on a run a pass may hold). Sets
-        ``error`` when given and ``pending_pass`` when asked, and drops the ``forget``
-        keys from the journal. Returns the run after the write, or None when the guard
-        failed or the run does not exist."""
+        ``error`` when given and ``pending_pass`` when asked, adds ``"*"`` (everything)
+        to ``changed``, and drops the ``forget`` keys from the journal. Returns the run
+        after the write, or None when the guard failed or the run does not exist."""
 
     async def list_child_runs(self, run_id: str) -> list[RunRecord]:
         """Every run whose parent is ``run_id``."""

@@ -117,7 +117,13 @@ class RunOps:
 
     @transient_retry
     async def begin_pass(
-        self, run_id: str, *, holder: str, ttl: float, held: int | None = None
+        self,
+        run_id: str,
+        *,
+        holder: str,
+        ttl: float,
+        held: int | None = None,
+        workflows: Sequence[str] | None = None,
     ) -> RunRecord | None:
         """1 findAndModify, guarded by the lease's expiry (or by ``held``). (A repeat after
         a lost reply finds the lease held by its own first try and returns None: the
@@ -129,6 +135,8 @@ class RunOps:
             query["lease_us"] = {"$lte": to_us(now)}
         else:
             query["token"] = check_int(held, "held token")
+        if workflows is not None:
+            query["workflow"] = {"$in": [pack(w) for w in check_strs(workflows, "workflow")]}
         doc = await self.runs.find_one_and_update(
             query,
             {
@@ -283,7 +291,12 @@ class RunOps:
         forget: Iterable[str] = (),
     ) -> RunRecord | None:
         """1 findAndModify, guarded by status."""
-        to_set: Doc = {"status": check_str(status, "run status"), "updated_at": to_us(utcnow())}
+        to_set: Doc = {
+            "status": check_str(status, "run status"),
+            "updated_at": to_us(utcnow()),
+            # A stop or a restart: a pass remembering the steps reads them all again.
+            f"changed.{inflight_field('*')}": "*",
+        }
         if error is not None:
             to_set["error"] = dump_value(error)
         if request_pass:

@@ -62,6 +62,11 @@ class RunCases:
         assert second.pending_pass is False and second.open_pass is True
         assert second.lease_holder == "b"
         assert await store.begin_pass("missing", holder="a", ttl=30) is None
+        # A holder begins no pass of a workflow it does not have.
+        assert await store.begin_pass("run-1", holder="c", ttl=0, workflows=["x"]) is None
+        third = await store.begin_pass("run-1", holder="c", ttl=0, held=second.token,
+                                       workflows=["wf", "x"])  # fmt: skip
+        assert third is not None and third.token == second.token + 1
 
     async def test_the_run_lease_is_taken_only_when_free(self, store: Store) -> None:
         await store.insert_run(make_run())
