@@ -8,7 +8,7 @@ with the store.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import fields, replace
 from datetime import datetime, timedelta
 from typing import Any, TypeVar, cast
@@ -370,6 +370,9 @@ class InMemoryStore:
         self._steps[(step.run_id, step.key)] = _clone(step)
         self._scheduled = None
         return True
+
+    def job_hints(self) -> AsyncIterator[None] | None:
+        return None  # one process: the engine wakes its worker itself
 
     async def update_step(
         self,

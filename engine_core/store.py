@@ -9,7 +9,7 @@ arrive already checked as JSON-shaped and come back equal to what was written.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
@@ -269,6 +269,11 @@ class Store(Protocol):
         """Up to ``limit`` ``scheduled`` steps with a due time, ordered by (due_at,
         run_id, key), starting strictly after ``after``. A scan that pages with the last
         row's key visits each step once and costs O(N) over N steps."""
+
+    def job_hints(self) -> AsyncIterator[None] | None:
+        """Wake-ups for idle workers: yields when a queue job may have been inserted by
+        any process (a hint, never a promise), or None when the store has no way to
+        tell; workers then poll with a backoff."""
 
     # ---- events -----------------------------------------------------------------
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from typing import Any
 
@@ -38,6 +38,7 @@ class Worker:
         self.control = control
         self._wake = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
+        self._hint_task: asyncio.Task[None] | None = None
         self._jobs: set[asyncio.Task[None]] = set()
         self._reserved = 0
         # Jobs run here for a pass that waits for them in this process.
@@ -50,10 +51,18 @@ class Worker:
 
     def start(self) -> None:
         self._loop_task = asyncio.ensure_future(self._run())
+        hints = self.store.job_hints() if self.runtime.step_function_names() else None
+        if hints is not None:
+            self._hint_task = asyncio.ensure_future(self._follow(hints))
+
+    async def _follow(self, hints: AsyncIterator[None]) -> None:
+        """Wake on every hint that a job was inserted somewhere."""
+        async for _ in hints:
+            self.wake()
 
     async def stop(self, grace: float = 0.0) -> None:
         """Stop claiming; give running jobs ``grace`` seconds to finish, then cancel them."""
-        await cancel_and_wait(self._loop_task)
+        await cancel_and_wait(self._loop_task, self._hint_task)
         if self._jobs and grace > 0:
             await asyncio.wait(list(self._jobs), timeout=grace)
         for job in list(self._jobs):

@@ -22,6 +22,7 @@ never by TTL deletion. Writes on the hot path are group-committed
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from datetime import UTC, timedelta
 from typing import Any, cast
 
@@ -52,6 +53,7 @@ from pikku_mongo.migrations import migrate
 from pikku_mongo.retry import transient_retry
 from pikku_mongo.run_ops import RunOps
 from pikku_mongo.step_ops import StepOps
+from pikku_mongo.watch import job_inserts
 
 #: Datetimes come back timezone-aware in UTC; documents are plain dicts.
 CODEC_OPTIONS: CodecOptions[Doc] = CodecOptions(document_class=dict, tz_aware=True, tzinfo=UTC)
@@ -62,13 +64,17 @@ _BY_ID = [("_id", 1)]
 class MongoStore(RunOps, StepOps):
     """The engine's store on a MongoDB database (see the module docstring)."""
 
-    def __init__(self, database: AsyncDatabase[Any], *, prefix: str = "pikku_") -> None:
+    def __init__(
+        self, database: AsyncDatabase[Any], *, prefix: str = "pikku_", change_streams: bool = True
+    ) -> None:
         if not isinstance(database, AsyncDatabase):
             raise TypeError(
                 "MongoStore needs a pymongo AsyncDatabase (from pymongo.AsyncMongoClient), "
                 f"not {type(database).__name__}"
             )
         check_str(prefix, "collection prefix")
+        #: Wake idle workers from a change stream where the server serves one.
+        self._watch = bool(change_streams)
         self.database = database
         self.prefix = prefix
         self._client: AsyncMongoClient[Any] | None = None  # set only when we own it
@@ -84,7 +90,14 @@ class MongoStore(RunOps, StepOps):
         self.step_writes = Batcher(self.steps, {"fmt": {"$exists": False}})
 
     @classmethod
-    def from_uri(cls, uri: str, *, prefix: str = "pikku_", **client_kwargs: Any) -> MongoStore:
+    def from_uri(
+        cls,
+        uri: str,
+        *,
+        prefix: str = "pikku_",
+        change_streams: bool = True,
+        **client_kwargs: Any,
+    ) -> MongoStore:
         """A store on the database named in ``uri``'s path, with a client of its own
         (closed by :meth:`close`). ``client_kwargs`` go to ``AsyncMongoClient``.
 
@@ -97,7 +110,7 @@ class MongoStore(RunOps, StepOps):
                 "e.g. mongodb://host:27017/mydb, or pass MongoStore(database=...)"
             )
         client: AsyncMongoClient[Any] = AsyncMongoClient(uri, **client_kwargs)
-        store = cls(client.get_database(name), prefix=prefix)
+        store = cls(client.get_database(name), prefix=prefix, change_streams=change_streams)
         store._client = client
         return store
 
@@ -123,6 +136,11 @@ class MongoStore(RunOps, StepOps):
             self.runs, self.steps, self.events, self.leases, ttl=not self._ttl_refused
         )
         self._ttl_refused = self._ttl_refused or not created
+
+    def job_hints(self) -> AsyncIterator[None] | None:
+        """A change stream of queue-job inserts (see :mod:`pikku_mongo.watch`); it ends
+        at once on a server without change streams."""
+        return job_inserts(self.steps) if self._watch else None
 
     async def close(self) -> None:
         """Close the client if this store created it (``from_uri``); a database handed
