@@ -60,8 +60,12 @@ def _drain(uri: str, start_at: float) -> None:
     async def go() -> None:
         store = MongoStore.from_uri(uri)
         await asyncio.sleep(max(0.0, start_at - time.time()))
-        while await store.claim_step(["bench"], holder=str(os.getpid()), claim_ttl=600):
-            pass
+        empty = 0
+        while empty < 3:  # a batch comes back empty while the other processes hold the rest
+            batch = await store.claim_steps(
+                ["bench"], holder=str(os.getpid()), claim_ttl=600, limit=16
+            )
+            empty = 0 if batch else empty + 1
         await store.close()
 
     asyncio.run(go())

@@ -91,9 +91,16 @@ def plan_units(sizes: Sizes, workloads: list[str], systems: list[str]) -> int:
             units += reps * (("memory" in systems) + ("mongo" in systems) * len(sizes.w5_workers))
         elif w == "W6":
             units += (
-                (1 + reps) * len(sizes.w6_parked) * (("memory" in systems) + ("mongo" in systems))
+                (1 + reps)
+                * len(sizes.w6_parked)
+                * len(ours.W6_MODES)
+                * (("memory" in systems) + ("mongo" in systems))
             )
     return units
+
+
+def _k(count: int) -> str:
+    return f"{count // 1000}k" if count % 1000 == 0 else str(count)
 
 
 class Suite:
@@ -266,20 +273,24 @@ class Suite:
             if kind == "mongo" and uri is None:
                 continue
             for count in self.z.w6_parked:
-                variant = f"{count // 1000}k parked" if count % 1000 == 0 else f"{count} parked"
-                self.progress.stage(f"W6 {kind} {variant}")
-                try:
-                    reps, parking = await ours.w6_sweeps(
-                        kind, uri, count, self.z.reps, self.w6_box, self.progress.step
-                    )
-                except Exception as exc:
-                    self._failed(f"W6 {kind} {variant}", exc)
-                    continue
-                self.progress.step(self.z.reps - len(reps))  # a capped size ran once
-                capped = any(m.extra.get("capped") for m in reps)
-                note = "capped" if capped else ""
-                self.results.summaries.append(summarise("W6", kind, variant, reps, note))
-                self.results.parking_s[f"{kind} {variant}"] = parking
+                for mode in ours.W6_MODES:
+                    await self._w6_one(kind, uri, count, mode)
+
+    async def _w6_one(self, kind: StoreKind, uri: str | None, count: int, mode: str) -> None:
+        variant = f"{_k(count)} {mode}"
+        self.progress.stage(f"W6 {kind} {variant}")
+        try:
+            reps, parking = await ours.w6_sweeps(
+                kind, uri, count, mode, self.z.reps, self.w6_box, self.progress.step
+            )
+        except Exception as exc:
+            self._failed(f"W6 {kind} {variant}", exc)
+            return
+        self.progress.step(self.z.reps - len(reps))  # a capped size ran once
+        capped = any(m.extra.get("capped") for m in reps)
+        note = "capped" if capped else ""
+        self.results.summaries.append(summarise("W6", kind, variant, reps, note))
+        self.results.parking_s[f"{kind} {variant}"] = parking
 
     async def profile_w1(self) -> None:
         from benchmarks.profile_w1 import profile_w1, summary_markdown

@@ -126,8 +126,11 @@ class Host:
         self.driver.spawn(run.run_id, adopted=run)
 
     def kick(self, run_id: str, on_taken: Callable[[], None] | None = None) -> bool:
-        # A client runs no passes: the owed pass is in the store for the fleet.
-        return self._serving and self.driver.spawn(run_id, on_taken)
+        # A client runs no passes: the owed pass is in the store for the fleet. Nor does
+        # a process with a backlog take more: the fleet's workers share it.
+        if not self._serving or self.driver.backlog >= 4 * self._config.concurrency:
+            return False
+        return self.driver.spawn(run_id, on_taken)
 
     async def drive(self, run_id: str) -> bool:
         return await self.driver.drive(run_id)

@@ -249,6 +249,10 @@ class InMemoryStore:
             if changed is not None and changed not in run.changed:
                 run.changed.append(changed)
 
+    async def request_passes(self, run_ids: Sequence[str]) -> None:
+        for run_id in run_ids:
+            await self.request_pass(run_id)
+
     async def set_run_status(
         self,
         run_id: str,

@@ -10,8 +10,10 @@ with its process) is judged here by the clock.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -148,70 +150,72 @@ class WorkflowRecovery:
             log.info("workflow recovery: %s", report.summary())
         return report
 
-    async def _drive_unless_owned(self, run_id: str) -> bool:
-        """Give the run a pass unless a live instance owns it; report whether we did."""
+    async def _owe(self, run_ids: Iterable[str]) -> list[str]:
+        """Give these runs a pass: when serving, as many as this process can drive soon
+        are kicked here (nothing written: what woke them is still in the store if this
+        process dies first); the others are marked owed for the fleet's workers, in bulk.
+        Runs the backoff says to leave alone are skipped. Returns the runs woken."""
         now = asyncio.get_running_loop().time()
-        if not self.backoff.eligible(run_id, now):
-            return False
-        self.backoff.note(run_id, now)
-        if not self.runtime.serving:
-            # A client runs no steps: it leaves the pass owed for the fleet's workers.
-            await self.store.request_pass(run_id)
-            return True
-        try:
-            driven = await self.runtime.drive(run_id)
-        except Exception:
-            log.exception("recovery could not give run %s a pass", run_id)
-            return False
-        if not driven:
-            # Left alone, so nothing has earned a wait: its owner may be gone next tick.
-            self.backoff.forget(run_id)
-        return driven
+        owed = []
+        for run_id in dict.fromkeys(run_ids):
+            if self.backoff.eligible(run_id, now):
+                self.backoff.note(run_id, now)
+                owed.append(run_id)
+        marked = []
+        for run_id in owed:
+            # Left alone if its owner is live: nothing has earned a wait then.
+            forget = functools.partial(self.backoff.forget, run_id)
+            if not (self.runtime.serving and self.runtime.kick(run_id, on_taken=forget)):
+                marked.append(run_id)
+        if marked:
+            await self.store.request_passes(marked)
+        return owed
 
     async def _sweep_scheduled(self, report: RecoveryReport, startup: bool) -> None:
         after: StepPage | None = None
         while True:
             page = await self.store.find_scheduled_steps(PAGE_SIZE, after)
-            for step in page:
-                try:
-                    await self._recover_scheduled(step, report, startup)
-                except Exception:
-                    # One bad step must not keep the sweep from the rest.
-                    log.exception("could not recover step %r of run %s", step.key, step.run_id)
+            try:
+                await self._recover_page(page, report, startup)
+            except Exception:
+                # One bad page must not keep the sweep from the rest.
+                log.exception("could not recover a page of %d scheduled steps", len(page))
             if len(page) < PAGE_SIZE:
                 return
             last = page[-1]
             assert last.due_at is not None
             after = StepPage(last.due_at, last.run_id, last.key)
 
-    async def _recover_scheduled(
-        self, step: StepRecord, report: RecoveryReport, startup: bool
+    async def _recover_page(
+        self, page: list[StepRecord], report: RecoveryReport, startup: bool
     ) -> None:
         runtime = self.runtime
-        assert step.due_at is not None
         now = utcnow()
-        if step.kind == "dispatch":
-            # The job is in the store's queue and cannot be lost; one nobody claimed
-            # for ``undispatched_after`` is announced to this process's worker again.
-            if step.due_at < now - timedelta(seconds=runtime.config.undispatched_after):
-                runtime.work_arrived()
-            return
-        if step.kind == "child":
-            assert step.child_run_id is not None
-            child = await self.store.get_run(step.child_run_id)
-            if (child is None or child.status in TERMINAL) and await self._drive_unless_owned(
-                step.run_id
-            ):
-                report.note("resumed", step.run_id)
-            return
-        remaining = (step.due_at - now).total_seconds()
-        if remaining > 0:
-            if startup and runtime.serving:
-                runtime.arm_timer(step.run_id, step.due_at)
-                report.note("rearmed", step.run_id)
-            return
-        if (startup or remaining <= -WAKE_GRACE_S) and await self._drive_unless_owned(step.run_id):
-            report.note("woken", step.run_id)
+        children = [s.child_run_id for s in page if s.kind == "child" and s.child_run_id]
+        found = {r.run_id: r for r in await self.store.get_runs(children)} if children else {}
+        wake: dict[str, str] = {}  # run id -> what the report counts it as
+        for step in page:
+            assert step.due_at is not None
+            if step.kind == "dispatch":
+                # The job is in the store's queue and cannot be lost; one nobody claimed
+                # for ``undispatched_after`` is announced to this process's worker again.
+                if step.due_at < now - timedelta(seconds=runtime.config.undispatched_after):
+                    runtime.work_arrived()
+                continue
+            if step.kind == "child":
+                child = found.get(step.child_run_id or "")
+                if child is None or child.status in TERMINAL:
+                    wake.setdefault(step.run_id, "resumed")
+                continue
+            remaining = (step.due_at - now).total_seconds()
+            if remaining > 0:
+                if startup and runtime.serving:
+                    runtime.arm_timer(step.run_id, step.due_at)
+                    report.note("rearmed", step.run_id)
+            elif startup or remaining <= -WAKE_GRACE_S:
+                wake.setdefault(step.run_id, "woken")
+        for run_id in await self._owe(wake):
+            report.note(wake[run_id], run_id)
 
     async def _sweep_unnotified(self, report: RecoveryReport) -> None:
         # A worker or a child run settled a step and died before telling its run.
@@ -234,18 +238,21 @@ class WorkflowRecovery:
         # died (a lost inline step, or a dispatch recorded on the run but never queued).
         config = self.runtime.config
         before = utcnow() - timedelta(seconds=min(config.lease_ttl, config.undispatched_after))
-        for run in await self.store.find_idle_runs(before, RUN_BATCH, in_flight_only=True):
-            if await self._drive_unless_owned(run.run_id):
-                report.note("redispatched" if _lost_arm(run) else "resumed", run.run_id)
+        idle = await self.store.find_idle_runs(before, RUN_BATCH, in_flight_only=True)
+        kinds = {r.run_id: "redispatched" if _lost_arm(r) else "resumed" for r in idle}
+        for run_id in await self._owe(kinds):
+            report.note(kinds[run_id], run_id)
 
     async def _sweep_stalled(self, report: RecoveryReport) -> None:
         before = utcnow() - timedelta(seconds=self.runtime.config.stalled_after)
+        stalled = []
         for run in await self.store.find_idle_runs(before, RUN_BATCH):
             steps = merged_steps(run, await self.store.load_steps(run.run_id))
             if any(s.status == "scheduled" or s.status == "running" for s in steps):
                 continue  # parked on purpose; the scheduled sweep and the queue own it
-            if await self._drive_unless_owned(run.run_id):
-                report.note("resumed", run.run_id)
+            stalled.append(run.run_id)
+        for run_id in await self._owe(stalled):
+            report.note("resumed", run_id)
 
 
 def _lost_arm(run: RunRecord) -> bool:

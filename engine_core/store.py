@@ -147,6 +147,9 @@ class Store(Protocol):
         that step ``changed`` was settled outside a pass. Never lost: a pass that begins
         after this call returns sees the flag cleared by its own begin."""
 
+    async def request_passes(self, run_ids: Sequence[str]) -> None:
+        """:meth:`request_pass` for many runs at once (a recovery sweep's wake-ups)."""
+
     async def set_run_status(
         self,
         run_id: str,
@@ -268,7 +271,10 @@ class Store(Protocol):
     ) -> list[StepRecord]:
         """Up to ``limit`` ``scheduled`` steps with a due time, ordered by (due_at,
         run_id, key), starting strictly after ``after``. A scan that pages with the last
-        row's key visits each step once and costs O(N) over N steps."""
+        row's key visits each step once and costs O(N) over N steps. (A page may run past
+        ``limit`` to finish the steps due at its last moment.) The records carry at least
+        their run id, key, kind, status, due time and child run id: what a sweep
+        judges them by."""
 
     def job_hints(self) -> AsyncIterator[None] | None:
         """Wake-ups for idle workers: yields when a queue job may have been inserted by

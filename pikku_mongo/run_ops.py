@@ -280,6 +280,16 @@ class RunOps:
         await self.run_writes.update({"_id": _id(run_id)}, {"$set": to_set})
 
     @transient_retry
+    async def request_passes(self, run_ids: Sequence[str]) -> None:
+        """1 update_many by ``_id`` per 1,000 runs (cheaper per run than a bulk of
+        single updates on nx-27017)."""
+        ids = [_id(r) for r in run_ids]
+        for at in range(0, len(ids), 1000):
+            await self.runs.update_many(
+                {"_id": {"$in": ids[at : at + 1000]}}, {"$set": {"pending_pass": True}}
+            )
+
+    @transient_retry
     async def set_run_status(
         self,
         run_id: str,

@@ -46,6 +46,9 @@ from pikku_mongo.filters import (
 from pikku_mongo.retry import transient_retry
 
 _LEAST_RECENT = [("updated_at", 1)]
+#: What a recovery sweep judges a scheduled step by (decoding whole steps cost more than
+#: reading them).
+_SWEPT = {f: 1 for f in ("run_id", "key", "kind", "status", "due_at", "child_run_id")}
 
 
 class StepOps:
@@ -251,12 +254,13 @@ class StepOps:
         query = scheduled_from(after.due_at if after is not None else None)
         if after is not None:
             query["due_at"]["$gt"] = query["due_at"].pop("$gte")
-        docs = await self.steps.find(query).sort([("due_at", 1)]).limit(limit).to_list()
+        cursor = self.steps.find(query, _SWEPT).sort([("due_at", 1)]).limit(limit)
+        docs = await cursor.to_list()
         if len(docs) == limit:
             last = docs[-1]["due_at"]
             seen = {d["_id"] for d in docs if d["due_at"] == last}
-            rest = await self.steps.find({"status": eq("scheduled"), "due_at": eq(last)}).to_list()
-            docs += [d for d in rest if d["_id"] not in seen]
+            rest = self.steps.find({"status": eq("scheduled"), "due_at": eq(last)}, _SWEPT)
+            docs += [d for d in await rest.to_list() if d["_id"] not in seen]
         steps = [step_from_doc(doc) for doc in docs]
         steps.sort(key=lambda s: (s.due_at, s.run_id, s.key))
         return steps
