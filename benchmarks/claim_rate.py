@@ -37,8 +37,9 @@ async def raw_rate(base: str, ops: int) -> float:
     await coll.insert_many([{"_id": f"d{i}", "n": 0} for i in range(100)])
     began = time.perf_counter()
     for i in range(ops):
-        await coll.find_one_and_update({"_id": f"d{i % 100}"}, {"$inc": {"n": 1}},
-                                       return_document=ReturnDocument.AFTER)
+        await coll.find_one_and_update(
+            {"_id": f"d{i % 100}"}, {"$inc": {"n": 1}}, return_document=ReturnDocument.AFTER
+        )
     elapsed = time.perf_counter() - began
     await client.close()
     return ops / elapsed
@@ -49,10 +50,17 @@ async def fill(uri: str, steps: int) -> None:
     await store.init()
     due = utcnow() - timedelta(seconds=1)
     for i in range(steps):
-        await store.insert_step(StepRecord(
-            run_id=f"run-{i % 50}", key=f"s{i:05d}", kind="dispatch", status="scheduled",
-            function="bench", due_at=due, scheduled_at=due,
-        ))
+        await store.insert_step(
+            StepRecord(
+                run_id=f"run-{i % 50}",
+                key=f"s{i:05d}",
+                kind="dispatch",
+                status="scheduled",
+                function="bench",
+                due_at=due,
+                scheduled_at=due,
+            )
+        )
     await store.close()
 
 
@@ -95,8 +103,11 @@ def main() -> None:
     print("|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         for name in ("nx-27017", "mongoeco"):
-            server = (test_servers.start_nx(Path(tmp)) if name == "nx-27017"
-                      else test_servers.start_mongoeco())
+            server = (
+                test_servers.start_nx(Path(tmp))
+                if name == "nx-27017"
+                else test_servers.start_mongoeco()
+            )
             if server is None:
                 print(f"| {name} | unavailable | | |")
                 continue

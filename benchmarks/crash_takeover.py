@@ -31,9 +31,20 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def spawn(uri: str, log: Path, ttl: float) -> subprocess.Popen[str]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.chaos.worker", uri, str(log), "--lease-ttl", f"{ttl}s",
-         "--recovery-interval", f"{ttl / 2}s"],
-        cwd=ROOT, stdout=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "tests.chaos.worker",
+            uri,
+            str(log),
+            "--lease-ttl",
+            f"{ttl}s",
+            "--recovery-interval",
+            f"{ttl / 2}s",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
     return proc

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import statistics
 import sys
 import time
 
@@ -23,7 +24,7 @@ from benchmarks.common import (
     open_store,
     register_dispatch,
 )
-from benchmarks.ours import wait_terminal
+from benchmarks.ours import RESULT_TIMEOUT
 from engine_core import Engine
 
 READY_TIMEOUT = 120.0
@@ -84,11 +85,9 @@ async def w5_workers(uri: str, workers: int, runs: int, steps: int) -> Measureme
                     *(client.start(DISPATCH_WF, {"steps": steps}) for _ in range(runs))
                 )
             )
-            # The client's commands are its starts; its reads while it waits are not
-            # the workload's (and are kept few: one run at a time, every 50 ms).
-            client_commands = counter.snapshot()
-            await wait_terminal(store, run_ids, poll=0.05)
+            await asyncio.gather(*(client.result(r, timeout=RESULT_TIMEOUT) for r in run_ids))
             seconds = time.perf_counter() - began
+            client_commands = counter.snapshot()
             worker_commands = [await _finish(p) for p in procs]
         finally:
             for proc in procs:
@@ -97,3 +96,35 @@ async def w5_workers(uri: str, workers: int, runs: int, steps: int) -> Measureme
                     await proc.wait()
     commands = add_counts(client_commands, *worker_commands)
     return Measurement(seconds, runs * steps, commands, {"workers": float(workers)})
+
+
+async def pickup_latency(uri: str, samples: int) -> Measurement:
+    """How soon an idle worker in another process starts a newly dispatched step: this
+    process dispatches (it has no step function), one worker process runs the step;
+    each sample waits until the worker is idle again. The figure per sample is the
+    step's timeline: its attempt's start minus the moment it was put on the queue."""
+    async with open_store("mongo", uri, "w5_latency") as (store, _, db_uri):
+        assert db_uri is not None
+        await store.init()
+        proc = await _spawn_worker(db_uri)
+        try:
+            await asyncio.wait_for(_await_ready(proc), READY_TIMEOUT)
+            engine = Engine(store)
+            register_dispatch(engine, steps_function=False)
+            delays: list[float] = []
+            async with engine:
+                for _ in range(samples):
+                    await asyncio.sleep(0.5)  # the worker has gone idle
+                    run_id = await engine.start(DISPATCH_WF, {"steps": 1})
+                    await engine.result(run_id, timeout=RESULT_TIMEOUT)
+                    history = await engine.history(run_id)
+                    queued = next(e.at for e in history if e.status == "scheduled")
+                    began = next(e.at for e in history if e.status == "running")
+                    delays.append((began - queued).total_seconds())
+            await _finish(proc)
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+    median = statistics.median(delays)
+    return Measurement(median, 1, {}, {"median_ms": median * 1000, "max_ms": max(delays) * 1000})

@@ -136,21 +136,27 @@ async def w4_sleepers(kind: StoreKind, uri: str | None, runs: int, sleep: float)
     return Measurement(seconds, runs * 3, commands, {"overhead_s": seconds - sleep})
 
 
-async def w5_in_process(runs: int, steps: int) -> Measurement:
-    """W5 on the in-memory store: dispatched steps, run by this process's own worker
-    (a single-process store has no other workers)."""
-    async with open_store("memory", None, "w5") as (store, _, _):
+async def w5_in_process(kind: StoreKind, uri: str | None, runs: int, steps: int) -> Measurement:
+    """W5 in one process that is its own worker: ``runs`` workflows of ``steps``
+    sequential dispatched no-op steps, started together, each awaited with its own
+    ``engine.result``."""
+    async with open_store(kind, uri, "w5") as (store, counter, _):
         engine = Engine(store)
         register_dispatch(engine, steps_function=True)
         async with engine:
+            _reset(counter)
+            cpu = time.process_time()
             began = time.perf_counter()
             run_ids = await asyncio.gather(
                 *(engine.start(DISPATCH_WF, {"steps": steps}) for _ in range(runs))
             )
-            for run_id in run_ids:
-                await engine.result(run_id, timeout=RESULT_TIMEOUT)
+            await asyncio.gather(
+                *(engine.result(run_id, timeout=RESULT_TIMEOUT) for run_id in run_ids)
+            )
             seconds = time.perf_counter() - began
-    return Measurement(seconds, runs * steps)
+            cpu = time.process_time() - cpu
+            commands = _counts(counter)
+    return Measurement(seconds, runs * steps, commands, {"cpu_s": cpu})
 
 
 async def wait_terminal(store: Store, run_ids: list[str], poll: float = 0.01) -> None:

@@ -194,28 +194,54 @@ def _rows(r: Results) -> list[Row]:
         )
     )
 
-    # W5: dispatched steps across worker processes.
-    one = r.get("W5", "mongo", "1 worker")
+    # W5: dispatched steps, in one process that is its own worker, then across processes.
+    one = r.get("W5", "mongo", "1 process")
+    mem = r.get("W5", "memory", "1 process")
+    rows.append(
+        (
+            f"W5: {z.w5_total:,} dispatched steps ({z.w5_runs} workflows {X} "
+            f"{z.w5_steps}), one process that is its own worker",
+            "steps/s",
+            num(mem.steps_per_s) if mem else "n/a",
+            num(one.steps_per_s) if one else "n/a",
+            "—",
+            "—",
+            "—",
+            _cmds(one),
+        )
+    )
     for workers in z.w5_workers:
         variant = f"{workers} worker" + ("s" if workers > 1 else "")
-        mem = r.get("W5", "memory", variant)
         mongo = r.get("W5", "mongo", variant)
         cell = "n/a"
         if mongo is not None:
             cell = num(mongo.steps_per_s)
-            if one is not None and workers > 1:
+            if one is not None:
                 cell += f" ({X}{mongo.steps_per_s / one.steps_per_s:.2f})"
         rows.append(
             (
-                f"W5: {z.w5_total:,} dispatched steps ({z.w5_runs} workflows {X} "
-                f"{z.w5_steps}), {variant}",
-                "steps/s (speed-up over 1 worker)",
-                (num(mem.steps_per_s) + " (in-process)") if mem else "—",
+                f"W5: the same, started by a client, run by {variant} beside it",
+                "steps/s (÷ one process)",
+                "—",
                 cell,
                 "—",
                 "—",
                 "—",
                 _cmds(mongo),
+            )
+        )
+    pickup = r.get("W5", "mongo", "pickup")
+    if pickup is not None:
+        rows.append(
+            (
+                "W5: a dispatched step started by an idle worker in another process",
+                "ms, median (max)",
+                "—",
+                f"{num(pickup.extra.get('median_ms', 0))} ({num(pickup.extra.get('max_ms', 0))})",
+                "—",
+                "—",
+                "—",
+                "—",
             )
         )
 
@@ -463,7 +489,7 @@ def chart(r: Results, path: Path) -> None:
         ["W4"],
         {s: [val(get("W4", s), "overhead_s")] for s in SYSTEMS},
     )
-    variants = [f"{w} worker" + ("s" if w > 1 else "") for w in z.w5_workers]
+    variants = ["1 process"] + [f"{w} worker" + ("s" if w > 1 else "") for w in z.w5_workers]
     bars(
         axes[1][1],
         f"W5: {z.w5_total:,} dispatched steps by worker processes (in-memory: in-process)",

@@ -88,7 +88,9 @@ def plan_units(sizes: Sizes, workloads: list[str], systems: list[str]) -> int:
         if w in ("W1", "W2", "W3", "W4"):
             units += reps * len(systems)
         elif w == "W5":
-            units += reps * (("memory" in systems) + ("mongo" in systems) * len(sizes.w5_workers))
+            units += reps * (
+                ("memory" in systems) + ("mongo" in systems) * (len(sizes.w5_workers) + 2)
+            )
         elif w == "W6":
             units += (
                 (1 + reps)
@@ -248,12 +250,18 @@ class Suite:
 
     async def w5(self) -> None:
         z = self.z
-        if "memory" in self.systems:
+        for kind in ("memory", "mongo"):
+            if kind not in self.systems or (kind == "mongo" and self.uri is None):
+                continue
+            uri = self.uri if kind == "mongo" else None
             await self.measure(
-                "W5", "memory", "1 worker", lambda: ours.w5_in_process(z.w5_runs, z.w5_steps)
+                "W5",
+                kind,
+                "1 process",
+                lambda k=kind, u=uri: ours.w5_in_process(k, u, z.w5_runs, z.w5_steps),  # type: ignore[misc]
             )
         if "mongo" in self.systems and self.uri is not None:
-            from benchmarks.dispatch import w5_workers
+            from benchmarks.dispatch import pickup_latency, w5_workers
 
             uri = self.uri
             for workers in z.w5_workers:
@@ -264,6 +272,7 @@ class Suite:
                     variant,
                     lambda n=workers: w5_workers(uri, n, z.w5_runs, z.w5_steps),  # type: ignore[misc]
                 )
+            await self.measure("W5", "mongo", "pickup", lambda: pickup_latency(uri, 15))
 
     async def w6(self) -> None:
         both: tuple[StoreKind, ...] = ("memory", "mongo")

@@ -92,7 +92,7 @@ class Worker:
         config = runtime.config
         found = False
         functions = list(runtime.step_function_names())
-        room = config.concurrency - len(self._jobs) - self._reserved
+        room = config.concurrency - (len(self._jobs) - len(self._handoff))
         if functions and room > 0:
             jobs = await self.store.claim_steps(
                 functions, holder=runtime.instance_id, claim_ttl=config.lease_ttl, limit=room
@@ -123,8 +123,10 @@ class Worker:
     # ---- jobs run for a pass waiting here ----------------------------------------
 
     def slot(self) -> _Slot | None:
-        """A place for one job now, if this worker has room (see ``Runtime.job_slot``)."""
-        if len(self._jobs) + self._reserved >= self.runtime.config.concurrency:
+        """A place for one job of a pass waiting here (see ``Runtime.job_slot``). Such
+        jobs wait for a step slot like every step; this only bounds how many passes may
+        wait on jobs here at once (beyond that the queue takes them)."""
+        if self._reserved + len(self._handoff) >= 4 * self.runtime.config.concurrency:
             return None
         self._reserved += 1
         return _Slot(self)

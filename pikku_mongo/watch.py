@@ -33,8 +33,15 @@ POLL_S = 0.01
 _PROMPT_S = 0.005
 _RETRY_S = 5.0
 
+#: Inserts of claimable jobs (one inserted already claimed by its dispatcher is not).
 JOB_INSERTS: list[Doc] = [
-    {"$match": {"operationType": {"$eq": "insert"}, "fullDocument.kind": {"$eq": "dispatch"}}}
+    {
+        "$match": {
+            "operationType": {"$eq": "insert"},
+            "fullDocument.kind": {"$eq": "dispatch"},
+            "fullDocument.status": {"$eq": "scheduled"},
+        }
+    }
 ]
 
 
