@@ -5,6 +5,7 @@ from engine_core.engine import Engine
 from engine_core.errors import (
     EngineError,
     InvalidDurationError,
+    InvalidLimitError,
     InvalidNameError,
     InvalidRunIdError,
     NotSerializableError,
@@ -24,6 +25,7 @@ __all__ = [
     "Engine",
     "EngineError",
     "InvalidDurationError",
+    "InvalidLimitError",
     "InvalidNameError",
     "InvalidRunIdError",
     "NotSerializableError",

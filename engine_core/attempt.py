@@ -14,12 +14,28 @@ from engine_core.tracing import attempt_span, record_failure, tracing_configured
 from engine_core.values import to_stored
 
 _STACK_LIMIT = 4000
+#: Longer messages are cut (keeping their start and their end): an error is stored with
+#: its step and its run, and must never make them too large to write.
+MESSAGE_LIMIT = 32 * 1024
+
+
+def bounded(message: str, limit: int = MESSAGE_LIMIT) -> str:
+    """``message``, cut in the middle when it is longer than ``limit`` characters."""
+    if len(message) <= limit:
+        return message
+    half = limit // 2
+    return f"{message[:half]} [... {len(message) - 2 * half} characters cut ...] {message[-half:]}"
 
 
 def error_info(exc: BaseException) -> dict[str, Any]:
-    """How an exception is stored: type, message, stack, and the step fields if any."""
-    stack = "".join(traceback.format_exception(exc))[-_STACK_LIMIT:]
-    info: dict[str, Any] = {"type": type(exc).__name__, "message": str(exc), "stack": stack}
+    """How an exception is stored: type, message, stack, and the step fields if any
+    (message and stack bounded)."""
+    stack = bounded("".join(traceback.format_exception(exc)), _STACK_LIMIT)
+    info: dict[str, Any] = {
+        "type": type(exc).__name__,
+        "message": bounded(str(exc)),
+        "stack": stack,
+    }
     if isinstance(exc, StepFailedError):
         info.update(step=exc.step, attempts=exc.attempts, error_type=exc.error_type)
     return info

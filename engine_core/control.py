@@ -9,11 +9,11 @@ pass.
 from __future__ import annotations
 
 import logging
-import uuid
 from dataclasses import replace
 from typing import Any
 
 from engine_core.errors import RunNotFoundError
+from engine_core.keys import CURRENT_SCHEME
 from engine_core.mirror import mirror_run, mirror_step
 from engine_core.records import (
     STOPPABLE,
@@ -26,7 +26,7 @@ from engine_core.records import (
 from engine_core.runtime import Runtime
 from engine_core.store import Store
 from engine_core.transitions import child_ended, retried, told, write
-from engine_core.values import MAX_RUN_ID_LENGTH, check_run_id
+from engine_core.values import check_run_id
 
 log = logging.getLogger("engine_core")
 
@@ -176,13 +176,6 @@ class RunControl:
 
     # ---- child runs --------------------------------------------------------------
 
-    @staticmethod
-    def child_run_id(parent_id: str, key: str) -> str:
-        candidate = f"{parent_id}:{key}"
-        if len(candidate) <= MAX_RUN_ID_LENGTH:
-            return candidate
-        return f"child-{uuid.uuid5(uuid.NAMESPACE_URL, candidate).hex}"
-
     async def start_child(
         self, parent: RunRecord, key: str, child_id: str, workflow: str, input: Any
     ) -> None:
@@ -196,6 +189,7 @@ class RunControl:
             updated_at=now,
             parent_run_id=parent.run_id,
             parent_step=key,
+            key_scheme=CURRENT_SCHEME,
             wire={
                 "traceparent": parent.wire.get("traceparent"),
                 "started_by": self.runtime.instance_id,

@@ -13,6 +13,10 @@ _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*$")
 
 
+#: The longest duration the engine takes (a time that far ahead still fits a datetime).
+MAX_DURATION_S = 100 * 365 * 86400.0
+
+
 def parse_duration(value: object, *, what: str = "duration") -> float:
     """Return ``value`` in seconds, or raise :class:`InvalidDurationError`."""
     if isinstance(value, bool):
@@ -33,6 +37,10 @@ def parse_duration(value: object, *, what: str = "duration") -> float:
         )
     if not math.isfinite(seconds) or seconds < 0:
         raise InvalidDurationError(f"{what} must be a finite, non-negative duration, not {value!r}")
+    if seconds > MAX_DURATION_S:
+        raise InvalidDurationError(
+            f"{what} {value!r} is longer than 100 years; use a shorter duration"
+        )
     return seconds
 
 

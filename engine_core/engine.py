@@ -18,12 +18,14 @@ from typing import Any, TypeVar
 
 from engine_core.durations import Duration, parse_duration
 from engine_core.errors import (
+    InvalidLimitError,
     InvalidRunIdError,
     WorkflowNotRegisteredError,
     WorkflowRunCancelledError,
     WorkflowRunFailedError,
 )
 from engine_core.host import Host
+from engine_core.keys import CURRENT_SCHEME
 from engine_core.mirror import RunMirror, mirror_run
 from engine_core.records import FAILED_ENDINGS, TERMINAL, EventRecord, RunRecord, utcnow
 from engine_core.recovery import RecoveryReport, WorkflowRecovery
@@ -34,6 +36,8 @@ from engine_core.tracing import new_run_traceparent
 from engine_core.values import MAX_RUN_ID_LENGTH, check_name, check_run_id, to_stored
 
 F = TypeVar("F", bound=Callable[..., Any])
+#: The most runs one ``list_runs`` call returns (page with ``after`` for more).
+MAX_LIST = 10_000
 
 
 class Engine:
@@ -131,6 +135,7 @@ class Engine:
             created_at=now,
             updated_at=now,
             wire={"traceparent": new_run_traceparent(), "started_by": self.instance_id},
+            key_scheme=CURRENT_SCHEME,
         )
         host = self._host
         adopt = host.serving and host.driver.backlog < 2 * self.config.concurrency
@@ -200,6 +205,8 @@ class Engine:
         creation time (timezone-aware datetimes)."""
         if after is not None:
             check_run_id(after)
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIST:
+            raise InvalidLimitError(f"limit must be an integer from 1 to {MAX_LIST}, not {limit!r}")
         if prefix is not None:
             if not isinstance(prefix, str) or len(prefix) > MAX_RUN_ID_LENGTH:
                 raise InvalidRunIdError(

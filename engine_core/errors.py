@@ -62,3 +62,7 @@ class InvalidRunIdError(EngineError, ValueError):
 
 class InvalidNameError(EngineError, ValueError):
     """A step, event or workflow name is not a usable string."""
+
+
+class InvalidLimitError(EngineError, ValueError):
+    """A count or a page size is not a usable integer."""

@@ -157,7 +157,7 @@ async def run_inline(
                 kind, attempt, "failed", started_at=started, error=error, extra=extra
             )
             p.record(key, outcome)
-            raise StepFailedError(key, attempt, type(exc).__name__, str(exc)) from exc
+            raise StepFailedError(key, attempt, type(exc).__name__, error["message"]) from exc
         outcome = attempt_ended(
             kind, attempt, "succeeded", started_at=started, result=stored, extra=extra
         )

@@ -24,6 +24,7 @@ from typing import Any, NoReturn, TypeVar
 from engine_core.control import RunControl
 from engine_core.errors import StepFailedError
 from engine_core.journal import FLUSH_AT, LARGE_OUTCOME, merged
+from engine_core.keys import step_key
 from engine_core.mirror import mirror_step
 from engine_core.records import RunRecord, RunState, StepRecord, utcnow
 from engine_core.runtime import Runtime
@@ -123,7 +124,7 @@ class PassState:
         check_name(name, "step name")
         seen = self._seen[name]
         self._seen[name] += 1
-        return name if seen == 0 else f"{name}#{seen}"
+        return step_key(name, seen, self.run.key_scheme)
 
     def finished(self, key: str) -> StepRecord | None:
         """The step's record if it has finished; raises its failure if it failed."""

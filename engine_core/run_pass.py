@@ -18,10 +18,11 @@ from engine_core.attempt import error_info
 from engine_core.context import WorkflowContext
 from engine_core.durations import Duration
 from engine_core.errors import NotSerializableError, StepFailedError
+from engine_core.keys import compensation_key
 from engine_core.pass_state import SIGNALS, Parked, PassState, Stopped
 from engine_core.records import RunState, StepRecord, utcnow
 from engine_core.tracing import run_log_context
-from engine_core.values import to_stored
+from engine_core.values import check_fits, to_stored
 
 #: How a pass ended: the run ended, it waits for something, a stop or a newer pass
 #: fenced it out, or this process is shutting down and the run is owed to the fleet.
@@ -59,6 +60,7 @@ class RunPass(PassState):
                     raise failure
                 return await self._fail(failure)
             stored = to_stored(output, f"output of workflow {self.run.workflow!r}")
+            check_fits(f"output of workflow {self.run.workflow!r}", self.run.input, stored)
             return await self._end("completed", stored, None)
         except Stopped:
             return "stopped"
@@ -133,7 +135,7 @@ class RunPass(PassState):
             try:
                 await inline.run_inline(
                     self,
-                    f"compensate:{step.key}",
+                    compensation_key(step.key),
                     undo,
                     (step.result,),
                     0,

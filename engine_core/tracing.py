@@ -6,8 +6,8 @@ Only the OpenTelemetry API is used; without an SDK configured every call is a no
 from __future__ import annotations
 
 import logging
+import os
 import secrets
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -50,21 +50,29 @@ def trace_id_of(traceparent: str | None) -> str | None:
     return parsed[0] if parsed else None
 
 
-#: How long "no SDK is configured" is believed before it is looked up again (the
-#: lookup reads the environment; an SDK is configured once, at any time).
-_NO_SDK_RECHECK_S = 1.0
-_no_sdk_until = 0.0
+#: The environment variable that makes OpenTelemetry load a provider by itself; the
+#: environment is read once (it is set before a process starts).
+_ENV_PROVIDER = "OTEL_PYTHON_TRACER_PROVIDER"
+_env_provider: bool | None = None
+_configured = False
 
 
 def tracing_configured() -> bool:
-    """Whether an OpenTelemetry SDK is configured (spans would be recorded)."""
-    global _no_sdk_until
-    if time.monotonic() < _no_sdk_until:
+    """Whether an OpenTelemetry SDK is configured (spans would be recorded). Runs for
+    every step attempt, so it looks at the API's global (set once, by
+    ``set_tracer_provider``) rather than through ``get_tracer_provider``, which reads the
+    environment each time."""
+    global _configured, _env_provider
+    if _configured:
+        return True
+    if _env_provider is None:
+        _env_provider = _ENV_PROVIDER in os.environ
+    if not hasattr(trace, "_TRACER_PROVIDER"):  # an API without that global: ask it
+        return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+    if getattr(trace, "_TRACER_PROVIDER", None) is None and not _env_provider:
         return False
-    if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
-        _no_sdk_until = time.monotonic() + _NO_SDK_RECHECK_S
-        return False
-    return True
+    _configured = not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+    return _configured
 
 
 @contextmanager

@@ -123,6 +123,18 @@ def stored_size(*values: Any) -> int:
 _URL_NAMESPACE = uuid.NAMESPACE_URL.bytes
 
 
+def check_fits(what: str, *values: Any) -> None:
+    """Values kept in one stored record together (a run's input and output, a job's
+    payload and result) must fit it together: :class:`NotSerializableError` if not."""
+    total = stored_size(*values)
+    if total > MAX_VALUE_BYTES:
+        raise NotSerializableError(
+            f"{what} is {total} bytes as JSON with what is stored beside it, over the "
+            f"{MAX_VALUE_BYTES} byte limit of one record; store large data elsewhere and "
+            "checkpoint a reference to it"
+        )
+
+
 def idempotency_key(run_id: str, step: str) -> str:
     """The stable key of a step: the same across attempts, processes and stores (the
     UUIDv5 of ``json.dumps([run_id, step])`` in the URL namespace, computed directly:

@@ -12,6 +12,7 @@ from typing import Any
 
 from engine_core.durations import Duration, check_retry_delay, parse_duration
 from engine_core.errors import WorkflowNotRegisteredError
+from engine_core.keys import child_run_id
 from engine_core.mirror import mirror_step
 from engine_core.pass_state import Parked, PassState, stored_failure
 from engine_core.records import StepKind, StepRecord, utcnow
@@ -195,7 +196,7 @@ async def child_step(p: PassState, name: str, workflow: str, input: Any) -> Any:
 
 async def _await_child(p: PassState, key: str, workflow: str, input: Any) -> Any:
     step = p.steps.get(key)
-    child_id = p.control.child_run_id(p.run_id, key)
+    child_id = child_run_id(p.run_id, key, p.run.key_scheme)
     if step is None:
         stored_input = to_stored(input, f"input of child step {key!r}")
         # Due at once, so the scheduled sweep checks on the child (see recovery).

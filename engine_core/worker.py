@@ -21,7 +21,7 @@ from engine_core.store import Store
 from engine_core.tasks import cancel_and_wait, wait_event
 from engine_core.tracing import run_log_context
 from engine_core.transitions import Outcome, job_ended, job_returned, write
-from engine_core.values import idempotency_key
+from engine_core.values import check_fits, idempotency_key
 
 log = logging.getLogger("engine_core")
 
@@ -215,6 +215,7 @@ class Worker:
                         traceparent=job.traceparent,
                         attributes=attributes,
                     )
+                    check_fits(f"result of step {job.key!r}", job.payload, result)
         except Exception as exc:
             error = error_info(exc)
             if attempt < job.max_attempts:

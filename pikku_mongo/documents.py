@@ -171,6 +171,7 @@ def run_to_doc(run: RunRecord) -> Doc:
         "holder": pack_opt(run.lease_holder),
         "journal": {inflight_field(k): step_to_text(s) for k, s in run.journal.items()},
         "changed": {inflight_field(k): pack(k) for k in run.changed},
+        "keys": run.key_scheme,
     }
 
 
@@ -203,6 +204,7 @@ def run_from_doc(doc: Doc) -> RunRecord:
         lease_expires_at=opt_from_us(doc.get("lease_us") or None),
         journal=_journal_of(run_id, doc.get("journal")),
         changed=sorted(unpack(k) for k in cast(Doc, doc.get("changed") or {}).values()),
+        key_scheme=int(doc.get("keys", 1)),
     )
 
 

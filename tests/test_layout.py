@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS: list[set[str]] = [
     {"errors", "records", "tasks", "tracing"},
     {"durations", "values", "store", "mirror", "journal", "timers"},
+    {"keys"},
     {"status", "waiters", "memory", "runtime", "context", "transitions", "leases"},
     {"testing.builders"},
     {"attempt", "control", "testing.run_cases", "testing.step_cases", "testing.event_lease_cases"},
@@ -110,6 +111,7 @@ def test_the_public_surface_of_engine_core() -> None:
         "Engine",
         "EngineError",
         "InvalidDurationError",
+        "InvalidLimitError",
         "InvalidNameError",
         "InvalidRunIdError",
         "NotSerializableError",

@@ -1,0 +1,98 @@
+"""Inputs a user can get wrong get the engine's own error at the call; a huge error
+message never makes a step or a run too large to record."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from engine_core import (
+    Engine,
+    InvalidDurationError,
+    InvalidLimitError,
+    NotSerializableError,
+    WorkflowContext,
+    current_step,
+)
+
+
+async def test_a_huge_error_message_keeps_the_retry(engine: Engine) -> None:
+    def flaky() -> str:
+        info = current_step()
+        assert info is not None
+        if info.attempt == 1:
+            raise RuntimeError("x" * (9 * 1024 * 1024))  # over half of 16 MiB, twice
+        return "second attempt"
+
+    @engine.workflow("w")
+    async def w(ctx: WorkflowContext, data: Any) -> str:
+        return str(await ctx.step("s", flaky, retries=1))
+
+    async with engine:
+        run_id = await engine.start("w")
+        assert await engine.result(run_id, timeout=30) == "second attempt"
+    history = [e for e in await engine.history(run_id) if e.status == "failed"]
+    assert history and len(history[0].error["message"]) < 64 * 1024  # type: ignore[index]
+    assert "characters cut" in history[0].error["message"]  # type: ignore[index]
+
+
+async def test_a_huge_error_that_fails_the_run_is_recorded(engine: Engine) -> None:
+    @engine.workflow("w")
+    async def w(ctx: WorkflowContext, data: Any) -> None:
+        await ctx.step("s", lambda: (_ for _ in ()).throw(ValueError("y" * 20_000_000)))
+
+    async with engine:
+        run_id = await engine.start("w")
+        with pytest.raises(Exception, match="characters cut"):
+            await engine.result(run_id, timeout=30)
+    assert (await engine.status(run_id)).status == "failed"
+
+
+async def test_a_deep_input_is_not_serializable(engine: Engine) -> None:
+    @engine.workflow("w")
+    async def w(ctx: WorkflowContext, data: Any) -> None:
+        return None
+
+    deep: Any = []
+    for _ in range(5000):
+        deep = [deep]
+    with pytest.raises(NotSerializableError, match="nested too deeply"):
+        await engine.start("w", deep)
+
+
+async def test_an_absurd_page_size_is_refused(engine: Engine) -> None:
+    for bad in (10**30, 0, -1, True, 2.5):
+        with pytest.raises(InvalidLimitError):
+            await engine.list_runs(limit=bad)  # type: ignore[arg-type]
+    assert issubclass(InvalidLimitError, ValueError)
+
+
+async def test_an_absurd_sleep_is_refused_at_the_call(engine: Engine) -> None:
+    @engine.workflow("w")
+    async def w(ctx: WorkflowContext, data: Any) -> None:
+        await ctx.sleep("forever", 10**12)
+
+    async with engine:
+        run_id = await engine.start("w")
+        with pytest.raises(Exception, match="longer than 100 years"):
+            await engine.result(run_id, timeout=10)
+    error = (await engine.status(run_id)).error
+    assert error is not None and error["type"] == "InvalidDurationError"
+    with pytest.raises(InvalidDurationError):
+        Engine(engine.store, lease_ttl=10**12)
+
+
+async def test_input_and_output_must_fit_one_record_together(engine: Engine) -> None:
+    big = "z" * (9 * 1024 * 1024)
+
+    @engine.workflow("w")
+    async def w(ctx: WorkflowContext, data: Any) -> str:
+        return big
+
+    async with engine:
+        run_id = await engine.start("w", big)
+        with pytest.raises(Exception, match=r"over the .* byte limit of one record"):
+            await engine.result(run_id, timeout=30)
+    error = (await engine.status(run_id)).error
+    assert error is not None and error["type"] == "NotSerializableError"
