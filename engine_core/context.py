@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Coroutine
 from contextvars import ContextVar, Token
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, ParamSpec, Protocol, TypeVar
 
 from engine_core.durations import Duration
+from engine_core.errors import StoreUnavailableError
+from engine_core.outages import StoreDown
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,26 @@ class StepRunner(Protocol):
     async def child_step(self, name: str, workflow: str, input: Any) -> Any: ...
 
 
+_T = TypeVar("_T")
+_P = ParamSpec("_P")
+
+
+def _outage_ends_the_pass(
+    method: Callable[_P, Coroutine[Any, Any, _T]],
+) -> Callable[_P, Coroutine[Any, Any, _T]]:
+    """A store outage met inside a checkpointed call ends the pass (to be given again
+    once the store is back) instead of surfacing as the workflow's own exception."""
+
+    @functools.wraps(method)
+    async def call(*args: _P.args, **kwargs: _P.kwargs) -> _T:
+        try:
+            return await method(*args, **kwargs)
+        except StoreUnavailableError as exc:
+            raise StoreDown() from exc
+
+    return call
+
+
 class WorkflowContext:
     """Handed to a workflow body; every call on it is checkpointed."""
 
@@ -92,6 +115,7 @@ class WorkflowContext:
         """The name of the workflow being run."""
         return self._pass.workflow
 
+    @_outage_ends_the_pass
     async def step(
         self,
         name: str,
@@ -113,6 +137,7 @@ class WorkflowContext:
             timeout=timeout,
         )
 
+    @_outage_ends_the_pass
     async def dispatch(
         self,
         name: str,
@@ -128,14 +153,17 @@ class WorkflowContext:
             name, function, payload, retries=retries, retry_delay=retry_delay, timeout=timeout
         )
 
+    @_outage_ends_the_pass
     async def sleep(self, name: str, duration: Duration) -> None:
         """Wait ``duration`` durably: the wake-up time survives restarts."""
         await self._pass.sleep_step(name, duration)
 
+    @_outage_ends_the_pass
     async def wait_for_event(self, name: str, *, timeout: Duration | None = None) -> Any:
         """The payload of the oldest unconsumed event ``name``; None on timeout."""
         return await self._pass.event_step(name, timeout)
 
+    @_outage_ends_the_pass
     async def child(self, name: str, workflow: str, input: Any = None) -> Any:
         """Run ``workflow`` as a child run and return its output."""
         return await self._pass.child_step(name, workflow, input)

@@ -76,16 +76,25 @@ class RunControl:
             run.run_id, target, expect=STOPPABLE, error=error, request_pass=compensate
         )
         if updated is None:
+            # Stopped already, maybe by an earlier cancel that did not get to its end
+            # (its process died, or its reply was lost): finish what it started.
+            latest = await self.store.get_run(run_id)
+            if latest is not None and latest.status == target:
+                await self._stop_below(run_id, compensate)
             return
         await mirror_run(self.runtime.mirror, updated)
-        await self.store.halt_steps(run_id, True)
-        for child in await self.store.list_child_runs(run_id):
-            if child.status not in TERMINAL:
-                await self.cancel(child.run_id, compensate=compensate)
+        await self._stop_below(run_id, compensate)
         if compensate:
             self.runtime.kick(run_id)
         else:
             await self.run_ended(updated, "cancelled", None, error)
+
+    async def _stop_below(self, run_id: str, compensate: bool) -> None:
+        """A cancelled run's queue jobs start no more, and its children are cancelled."""
+        await self.store.halt_steps(run_id, True)
+        for child in await self.store.list_child_runs(run_id):
+            if child.status not in TERMINAL:
+                await self.cancel(child.run_id, compensate=compensate)
 
     async def suspend(self, run_id: str) -> None:
         run = await self.get(run_id)

@@ -9,6 +9,7 @@ process); the pass cannot park over it, and the holder runs another.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections import OrderedDict
 from collections.abc import Callable
 
@@ -96,18 +97,20 @@ class Driver:
         self._queued += 1
         try:
             async with self._pass_slots:
-                run = adopted or await self.store.begin_pass(
-                    run_id,
-                    holder=self.runtime.instance_id,
-                    ttl=config.lease_ttl,
-                    workflows=self.runtime.workflow_names(),
+                run = adopted or await self.runtime.outages.call(
+                    lambda: self.store.begin_pass(
+                        run_id,
+                        holder=self.runtime.instance_id,
+                        ttl=config.lease_ttl,
+                        workflows=self.runtime.workflow_names(),
+                    )
                 )
                 if run is None:
                     return False
                 while run is not None:
                     self._again.discard(run_id)
                     end = await self._pass(run)
-                    run = await self._next(run, end)
+                    run = await self.runtime.outages.call(functools.partial(self._next, run, end))
                 return True
         finally:
             self._queued -= 1
@@ -122,6 +125,13 @@ class Driver:
             # This process is shutting down: the run is owed to the fleet.
             await self.store.request_pass(run_id)
             return None
+        if end == "unavailable":
+            # The store went away mid-pass: once it answers again, go on if the run is
+            # still ours (a pass that did not settle still holds the lease).
+            latest = await self.store.get_run(run_id)
+            if latest is None or latest.token != run.token or latest.status not in ACTIVE:
+                return None
+            return await self.store.begin_pass(run_id, holder=holder, ttl=ttl, held=run.token)
         if end == "parked":
             if run_id not in self._again:
                 return None

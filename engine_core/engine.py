@@ -54,6 +54,7 @@ class Engine:
         concurrency: int = 16,
         mirror: RunMirror | None = None,
         shutdown_grace: Duration | None = None,
+        store_timeout: Duration = "30s",
     ) -> None:
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ValueError(f"concurrency must be a positive integer, not {concurrency!r}")
@@ -74,6 +75,7 @@ class Engine:
             undispatched_after=parse_duration(undispatched_after, what="undispatched_after"),
             concurrency=concurrency,
             shutdown_grace=grace,
+            store_timeout=parse_duration(store_timeout, what="store_timeout"),
         )
         self._host = Host(store, self.config, mirror)
         self._control = self._host.control
@@ -117,7 +119,9 @@ class Engine:
     async def start(self, workflow: str, input: Any = None, *, run_id: str | None = None) -> str:
         """Record a run of ``workflow`` and return its id; the run proceeds in the background.
 
-        With a ``run_id`` that exists, returns it and starts nothing.
+        With a ``run_id`` that exists, returns it and starts nothing. While the store is
+        unreachable it waits, up to the engine's ``store_timeout``, then raises
+        :class:`StoreUnavailableError`.
         """
         registered = self._host.workflows
         if workflow not in registered:
@@ -147,7 +151,10 @@ class Engine:
             run.open_pass = True
             run.lease_holder = self.instance_id
             run.lease_expires_at = now + timedelta(seconds=self.config.lease_ttl)
-        existing = await self.store.insert_run(run)
+        # A store outage is waited out, up to ``store_timeout``; then a clear error.
+        existing = await host.outages.call(
+            lambda: self.store.insert_run(run), timeout=self.config.store_timeout
+        )
         if existing is not None:
             if existing.workflow != workflow:
                 raise InvalidRunIdError(

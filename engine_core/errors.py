@@ -66,3 +66,10 @@ class InvalidNameError(EngineError, ValueError):
 
 class InvalidLimitError(EngineError, ValueError):
     """A count or a page size is not a usable integer."""
+
+
+class StoreUnavailableError(EngineError):
+    """The store could not be reached (its server is down, failing over, or the network
+    is), and did not come back within the time the caller allowed. Stores raise it for
+    transient failures they gave up retrying; the engine waits such outages out inside
+    passes, workers and recovery, and raises it only from a client call."""

@@ -17,6 +17,7 @@ from typing import Any
 from engine_core.control import RunControl
 from engine_core.driver import Driver
 from engine_core.mirror import RunMirror
+from engine_core.outages import Outages
 from engine_core.records import RunRecord
 from engine_core.recovery import WorkflowRecovery
 from engine_core.runtime import EngineConfig, JobSlot, StepFn, WorkflowFn
@@ -35,6 +36,7 @@ class Host:
         self.store = store
         self._config = config
         self._mirror = mirror
+        self._outages = Outages()
         self._instance_id = uuid.uuid4().hex
         self.workflows: dict[str, WorkflowFn] = {}
         self.step_functions: dict[str, StepFn] = {}
@@ -96,6 +98,10 @@ class Host:
     @property
     def mirror(self) -> RunMirror | None:
         return self._mirror
+
+    @property
+    def outages(self) -> Outages:
+        return self._outages
 
     @property
     def slots(self) -> asyncio.Semaphore:

@@ -441,6 +441,13 @@ class InMemoryStore:
             step.updated_at = now
         return [_clone(s) for s in due]
 
+    async def find_claims(self, holder: str) -> list[StepRecord]:
+        return [
+            _clone(s)
+            for s in self._steps.values()
+            if s.kind == "dispatch" and s.status == "running" and s.claim_holder == holder
+        ]
+
     async def requeue_lapsed_claims(self) -> int:
         now = utcnow()
         lapsed = [

@@ -26,6 +26,7 @@ from engine_core.errors import StepFailedError
 from engine_core.journal import FLUSH_AT, LARGE_OUTCOME, merged
 from engine_core.keys import step_key
 from engine_core.mirror import mirror_step
+from engine_core.outages import StoreDown
 from engine_core.records import RunRecord, RunState, StepRecord, utcnow
 from engine_core.runtime import Runtime
 from engine_core.store import Store
@@ -50,7 +51,7 @@ class ReplayEnd(BaseException):
 
 
 #: The control signals a pass raises through the body, strongest first.
-SIGNALS: tuple[type[BaseException], ...] = (Parked, Stopped, ReplayEnd)
+SIGNALS: tuple[type[BaseException], ...] = (StoreDown, Parked, Stopped, ReplayEnd)
 
 
 def stored_failure(step: StepRecord) -> StepFailedError:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from engine_core.control import RunControl
+from engine_core.errors import StoreUnavailableError
 from engine_core.journal import merged_steps
 from engine_core.leases import holding
 from engine_core.records import TERMINAL, RunRecord, StepPage, StepRecord, utcnow
@@ -122,8 +123,11 @@ class WorkflowRecovery:
             try:
                 await self.recover(startup=startup)
                 startup = False
+                self.runtime.outages.back()
             except asyncio.CancelledError:
                 raise
+            except StoreUnavailableError as exc:
+                self.runtime.outages.failed(exc)  # logged once per outage
             except Exception:
                 log.exception("workflow recovery pass failed")
             await asyncio.sleep(self.runtime.config.recovery_interval)

@@ -17,23 +17,32 @@ import engine_core.waits as waits
 from engine_core.attempt import error_info
 from engine_core.context import WorkflowContext
 from engine_core.durations import Duration
-from engine_core.errors import NotSerializableError, StepFailedError
+from engine_core.errors import NotSerializableError, StepFailedError, StoreUnavailableError
 from engine_core.keys import compensation_key
+from engine_core.outages import StoreDown
 from engine_core.pass_state import SIGNALS, Parked, PassState, Stopped
 from engine_core.records import RunState, StepRecord, utcnow
 from engine_core.tracing import run_log_context
 from engine_core.values import check_fits, to_stored
 
 #: How a pass ended: the run ended, it waits for something, a stop or a newer pass
-#: fenced it out, or this process is shutting down and the run is owed to the fleet.
-PassEnd = Literal["terminal", "parked", "stopped", "requeued"]
+#: fenced it out, this process is shutting down and the run is owed to the fleet, or the
+#: store went away.
+PassEnd = Literal["terminal", "parked", "stopped", "requeued", "unavailable"]
 
 
 class RunPass(PassState):
     """Replays the body once and settles the run; the steps the body calls land here."""
 
     async def execute(self) -> PassEnd:
-        """Replay the body once and record where the run stands."""
+        """Replay the body once and record where the run stands ("unavailable": a store
+        outage ended the pass; the driver gives it again once the store is back)."""
+        try:
+            return await self._execute()
+        except (StoreDown, StoreUnavailableError):
+            return "unavailable"
+
+    async def _execute(self) -> PassEnd:
         fn = self.runtime.workflow_fn(self.run.workflow)
         assert fn is not None, "the driver only runs passes of registered workflows"
         failure: BaseException | None = None
@@ -47,6 +56,8 @@ class RunPass(PassState):
         signal = _signal_in(failure)
         if signal is Stopped:
             return "stopped"
+        if signal is StoreDown:
+            return "unavailable"
         if isinstance(failure, asyncio.CancelledError):
             raise failure
         try:

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from engine_core.mirror import RunMirror
+from engine_core.outages import Outages
 from engine_core.records import RunRecord, StepRecord
 
 #: ``async def fn(ctx, input)``: a registered workflow body.
@@ -33,10 +34,16 @@ class EngineConfig:
     concurrency: int
     #: How long leaving ``async with`` waits for running steps before cancelling them.
     shutdown_grace: float
+    #: How long a client call (``start``...) waits out a store outage before it raises
+    #: :class:`~engine_core.StoreUnavailableError`.
+    store_timeout: float = 30.0
 
 
 class JobSlot(Protocol):
     """A place kept in this process's worker for one queue job."""
+
+    def hold(self, job: StepRecord) -> None:
+        """``job`` is about to be inserted claimed by this process, to run here."""
 
     def run(self, job: StepRecord) -> Awaitable[StepRecord | None]:
         """Run ``job`` (inserted claimed by this process) here. Resolves, once its
@@ -61,6 +68,10 @@ class Runtime(Protocol):
     @property
     def mirror(self) -> RunMirror | None:
         """The run mirror, if any."""
+
+    @property
+    def outages(self) -> Outages:
+        """Whether the store is away now, and how to wait for it."""
 
     @property
     def slots(self) -> asyncio.Semaphore:

@@ -253,6 +253,9 @@ class Store(Protocol):
         any number of concurrent claimers exactly one gets each job attempt. Returns the
         jobs claimed (after the claim); empty when nothing is due."""
 
+    async def find_claims(self, holder: str) -> list[StepRecord]:
+        """Every queue job ``running`` under a claim of ``holder``."""
+
     async def requeue_lapsed_claims(self) -> int:
         """Put every dispatched step that is ``running`` under a claim that has lapsed
         back on the queue (``scheduled``, due now, no holder); its next claim is a new

@@ -209,12 +209,18 @@ def claim_guard(job: StepRecord, holder: str) -> StepGuard:
 def job_returned(job: StepRecord, holder: str) -> Transition:
     """A claimed job whose run was stopped goes back on the queue, halted, and its claim
     costs no attempt."""
+    unclaimed = job_unclaimed(job, holder)
+    return Transition(unclaimed.guard, {**unclaimed.changes, "halted": True})
+
+
+def job_unclaimed(job: StepRecord, holder: str) -> Transition:
+    """A job claimed by ``holder`` that never started (the claim's reply was lost) goes
+    back on the queue; the claim costs no attempt."""
     return Transition(
         claim_guard(job, holder),
         {
             "status": "scheduled",
             "attempts": job.attempts - 1,
-            "halted": True,
             "claim_holder": None,
             "claim_expires_at": None,
         },

@@ -110,6 +110,7 @@ async def _run_here(p: PassState, job: StepRecord, slot: JobSlot) -> StepRecord 
     job as recorded, or None when the pass must park instead."""
     holder = p.runtime.instance_id
     claimed = claim(job, holder, p.runtime.config.lease_ttl).apply(job)
+    slot.hold(claimed)
     try:
         inserted = await p.store.insert_step(claimed)
     except BaseException:

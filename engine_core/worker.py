@@ -13,6 +13,7 @@ from engine_core.attempt import error_info, run_attempt
 from engine_core.context import StepInfo
 from engine_core.control import RunControl
 from engine_core.durations import retry_delay_seconds
+from engine_core.errors import StoreUnavailableError
 from engine_core.leases import KeepAlive
 from engine_core.mirror import mirror_step
 from engine_core.records import StepRecord, utcnow
@@ -20,7 +21,7 @@ from engine_core.runtime import Runtime
 from engine_core.store import Store
 from engine_core.tasks import cancel_and_wait, wait_event
 from engine_core.tracing import run_log_context
-from engine_core.transitions import Outcome, job_ended, job_returned, write
+from engine_core.transitions import Outcome, job_ended, job_returned, job_unclaimed, write
 from engine_core.values import check_fits, idempotency_key
 
 log = logging.getLogger("engine_core")
@@ -40,6 +41,7 @@ class Worker:
         self._loop_task: asyncio.Task[None] | None = None
         self._hint_task: asyncio.Task[None] | None = None
         self._jobs: set[asyncio.Task[None]] = set()
+        self._claimed: set[tuple[str, str]] = set()
         self._reserved = 0
         # Jobs run here for a pass that waits for them in this process.
         self._handoff: dict[tuple[str, str], asyncio.Future[StepRecord | None]] = {}
@@ -71,12 +73,23 @@ class Worker:
 
     async def _run(self) -> None:
         idle = IDLE_MIN_S
+        outages = self.runtime.outages
+        orphans_checked = False
         while True:
             self._wake.clear()
             try:
+                if not orphans_checked:
+                    await self._release_orphans()
+                    orphans_checked = True
                 found = await self._poll_once()
+                outages.back()
             except asyncio.CancelledError:
                 raise
+            except StoreUnavailableError as exc:
+                outages.failed(exc)
+                # Claims whose replies were lost in the outage may be ours: look again.
+                orphans_checked = False
+                found = False
             except Exception:
                 log.exception("worker poll failed; backing off")
                 found = False
@@ -120,6 +133,15 @@ class Worker:
 
         return skip
 
+    async def _release_orphans(self) -> None:
+        """Put back the jobs the store says this worker claimed and it is not running:
+        claims that landed while their replies were lost. Costing no attempt, they never
+        fail a step that never ran."""
+        holder = self.runtime.instance_id
+        for job in await self.store.find_claims(holder):
+            if (job.run_id, job.key) not in self._claimed:
+                await write(self.store, job.run_id, job.key, job_unclaimed(job, holder))
+
     # ---- jobs run for a pass waiting here ----------------------------------------
 
     def slot(self) -> _Slot | None:
@@ -142,9 +164,11 @@ class Worker:
     def _launch(self, job: StepRecord, *, checked: bool = False) -> None:
         task = asyncio.ensure_future(self._run_job(job, checked=checked))
         self._jobs.add(task)
+        self._claimed.add((job.run_id, job.key))
 
         def done(finished: asyncio.Task[None]) -> None:
             self._jobs.discard(finished)
+            self._claimed.discard((job.run_id, job.key))
             waiting = self._handoff.pop((job.run_id, job.key), None)
             if waiting is not None and not waiting.done():
                 # It ended without recording an outcome for its pass: the pass parks.
@@ -236,7 +260,8 @@ class Worker:
         waiting = self._handoff.get((job.run_id, job.key))
         told = waiting is not None and not waiting.done()
         transition = job_ended(job, self.runtime.instance_id, status, told=told, **fields)
-        if not await write(self.store, job.run_id, job.key, transition):
+        outages = self.runtime.outages
+        if not await outages.call(lambda: write(self.store, job.run_id, job.key, transition)):
             log.warning(
                 "run %s: step %r attempt %d lost its claim; outcome dropped",
                 job.run_id,
@@ -250,7 +275,7 @@ class Worker:
             del self._handoff[(job.run_id, job.key)]
             waiting.set_result(recorded)
         elif status != "scheduled":
-            await self.control.notify_run(job.run_id, job.key)
+            await outages.call(lambda: self.control.notify_run(job.run_id, job.key))
         return True
 
 
@@ -259,6 +284,13 @@ class _Slot:
 
     def __init__(self, worker: Worker) -> None:
         self._worker: Worker | None = worker
+        self._held: tuple[str, str] | None = None
+
+    def hold(self, job: StepRecord) -> None:
+        # From before its claimed insert: the worker must not take it for an orphan.
+        assert self._worker is not None
+        self._held = (job.run_id, job.key)
+        self._worker._claimed.add(self._held)
 
     def run(self, job: StepRecord) -> asyncio.Future[StepRecord | None]:
         worker = self._take()
@@ -266,7 +298,9 @@ class _Slot:
 
     def release(self) -> None:
         if self._worker is not None:
-            self._take()
+            worker = self._take()
+            if self._held is not None:
+                worker._claimed.discard(self._held)
 
     def _take(self) -> Worker:
         worker, self._worker = self._worker, None

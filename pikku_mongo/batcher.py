@@ -28,7 +28,7 @@ from pymongo import InsertOne, UpdateOne
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import BulkWriteError, DuplicateKeyError, OperationFailure
 
-from pikku_mongo.retry import is_transient, retrying
+from pikku_mongo.retry import is_transient, retrying, unavailable
 
 log = logging.getLogger("pikku_mongo.batcher")
 
@@ -110,7 +110,12 @@ class Batcher:
                         # Only then a retry controller: building one per batch costs.
                         if not is_transient(exc):
                             raise
-                        await retrying()(self._settle, batch)
+                        try:
+                            await retrying()(self._settle, batch)
+                        except Exception as again:
+                            if is_transient(again):
+                                raise unavailable(again) from again
+                            raise
                 except Exception as exc:
                     for write in batch:
                         if not write.future.done():

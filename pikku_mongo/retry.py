@@ -26,6 +26,8 @@ from tenacity import (
     wait_random,
 )
 
+from engine_core.errors import StoreUnavailableError
+
 log = logging.getLogger("pikku_mongo.retry")
 
 P = ParamSpec("P")
@@ -34,7 +36,7 @@ R = TypeVar("R")
 #: At most this many attempts of one operation ...
 MAX_ATTEMPTS = 5
 #: ... and no new attempt once this many seconds have passed since the first.
-MAX_SECONDS = 10.0
+MAX_SECONDS = 5.0
 #: Waits: 0.1 s, 0.2 s, 0.4 s, 0.8 s (each plus up to 0.1 s of jitter), capped at 2 s.
 _WAIT = wait_exponential(multiplier=0.1, max=2.0) + wait_random(0, 0.1)
 
@@ -50,6 +52,12 @@ def is_transient(exc: BaseException) -> bool:
 
 #: The wait after a first attempt failed (tenacity's own waits follow the later ones).
 FIRST_WAIT_S = 0.1
+
+
+def unavailable(exc: BaseException) -> StoreUnavailableError:
+    """The engine's error for a transient failure this layer gave up retrying: the
+    engine waits the outage out (see ``engine_core.outages``)."""
+    return StoreUnavailableError(f"the MongoDB server is unavailable: {type(exc).__name__}: {exc}")
 
 
 def _warn(fn: object, exc: BaseException | None, attempt: int, wait: float) -> None:
@@ -99,7 +107,12 @@ def transient_retry(
                 raise
             _warn(fn, exc, 1, FIRST_WAIT_S)
         await asyncio.sleep(FIRST_WAIT_S)
-        result: R = await retrying(MAX_ATTEMPTS - 1)(fn, *args, **kwargs)
+        try:
+            result: R = await retrying(MAX_ATTEMPTS - 1)(fn, *args, **kwargs)
+        except Exception as exc:
+            if is_transient(exc):
+                raise unavailable(exc) from exc
+            raise
         return result
 
     return wrapper

@@ -228,14 +228,24 @@ class RunOps:
             for d in {check_str(d, "finished step key") for d in done} - {started}
         }
         _journal_changes(to_set, to_unset, outcomes, forget)
-        return await self.run_writes.guarded(
-            {
-                "_id": _id(run_id),
-                "status": check_str(status, "run status"),
-                "token": check_int(token, "token"),
-            },
-            _update(to_set, to_unset),
-        )
+        query = {
+            "_id": _id(run_id),
+            "status": check_str(status, "run status"),
+            "token": check_int(token, "token"),
+        }
+        return await self._guarded(query, to_set, to_unset)
+
+    async def _guarded(self, query: Doc, to_set: Doc, to_unset: Doc) -> bool:
+        """A guarded write of the run that knows, when it is sent again after a lost
+        reply and finds its guard failed, whether its first try landed: it carries an
+        operation id, and the run keeps the last one written."""
+        to_set["op"] = op = uuid.uuid4().hex
+
+        async def landed() -> bool:
+            doc = await self.runs.find_one({"_id": query["_id"], "op": eq(op)}, {"_id": 1})
+            return doc is not None
+
+        return await self.run_writes.guarded(query, _update(to_set, to_unset), landed)
 
     async def settle_run(
         self,
@@ -269,7 +279,7 @@ class RunOps:
         }
         if check_bool(idle_only, "idle_only"):
             query["pending_pass"] = False
-        return await self.run_writes.guarded(query, _update(to_set, to_unset))
+        return await self._guarded(query, to_set, to_unset)
 
     async def request_pass(self, run_id: str, *, changed: str | None = None) -> None:
         """1 update (group-committed)."""
@@ -289,7 +299,6 @@ class RunOps:
                 {"_id": {"$in": ids[at : at + 1000]}}, {"$set": {"pending_pass": True}}
             )
 
-    @transient_retry
     async def set_run_status(
         self,
         run_id: str,
@@ -300,12 +309,15 @@ class RunOps:
         request_pass: bool = False,
         forget: Iterable[str] = (),
     ) -> RunRecord | None:
-        """1 findAndModify, guarded by status."""
+        """1 findAndModify, guarded by status. Sent again after a lost reply, it first
+        reads the run: its operation id there means the first try landed (a cancel whose
+        reply was lost still halts the run's steps and cancels its children)."""
         to_set: Doc = {
             "status": check_str(status, "run status"),
             "updated_at": to_us(utcnow()),
             # A stop or a restart: a pass remembering the steps reads them all again.
             f"changed.{inflight_field('*')}": "*",
+            "op": (op := uuid.uuid4().hex),
         }
         if error is not None:
             to_set["error"] = dump_value(error)
@@ -313,11 +325,22 @@ class RunOps:
             to_set["pending_pass"] = True
         to_unset: Doc = {}
         _journal_changes(to_set, to_unset, (), forget)
-        doc = await self.runs.find_one_and_update(
-            {"_id": _id(run_id), "status": {"$in": check_strs(expect, "expected run status")}},
-            _update(to_set, to_unset),
-            return_document=ReturnDocument.AFTER,
-        )
+        query = {"_id": _id(run_id), "status": {"$in": check_strs(expect, "expected run status")}}
+        update = _update(to_set, to_unset)
+        tries = 0
+
+        async def once() -> Doc | None:
+            nonlocal tries
+            tries += 1
+            if tries > 1:
+                mine = await self.runs.find_one({"_id": query["_id"], "op": eq(op)})
+                if mine is not None:
+                    return mine
+            return await self.runs.find_one_and_update(
+                query, update, return_document=ReturnDocument.AFTER
+            )
+
+        doc = await transient_retry(once)()
         return run_from_doc(doc) if doc is not None else None
 
     # ---- finding runs -----------------------------------------------------------

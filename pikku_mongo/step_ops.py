@@ -200,6 +200,16 @@ class StepOps:
         return won
 
     @transient_retry
+    async def find_claims(self, holder: str) -> list[StepRecord]:
+        """1 find (the claim index's (status, kind) prefix)."""
+        query = {
+            "status": eq("running"),
+            "kind": eq("dispatch"),
+            "claim_holder": eq(pack(check_str(holder, "claim holder"))),
+        }
+        return [step_from_doc(doc) for doc in await self.steps.find(query).to_list()]
+
+    @transient_retry
     async def requeue_lapsed_claims(self) -> int:
         """1 update_many, guarded by the lapsed claim (safe to repeat)."""
         now = utcnow()

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: strictly below its own.
 LAYERS: list[set[str]] = [
     {"errors", "records", "tasks", "tracing"},
-    {"durations", "values", "store", "mirror", "journal", "timers"},
+    {"durations", "values", "store", "mirror", "journal", "timers", "outages"},
     {"keys"},
     {"status", "waiters", "memory", "runtime", "context", "transitions", "leases"},
     {"testing.builders"},
@@ -123,6 +123,7 @@ def test_the_public_surface_of_engine_core() -> None:
         "StepInfo",
         "StepStatus",
         "Store",
+        "StoreUnavailableError",
         "TimelineEntry",
         "TraceIdFilter",
         "WorkflowContext",

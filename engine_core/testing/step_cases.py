@@ -154,6 +154,15 @@ class StepCases:
                 break
         assert sorted(won) == [f"s{i:02d}" for i in range(20)]
 
+    async def test_a_holder_finds_its_claims(self, store: Store) -> None:
+        for i in range(3):
+            await store.insert_step(make_job("r", f"s{i}"))
+        mine = await store.claim_steps(["fn"], holder="me", claim_ttl=30, limit=2)
+        await store.claim_steps(["fn"], holder="other", claim_ttl=30, limit=1)
+        found = await store.find_claims("me")
+        assert sorted(j.key for j in found) == sorted(j.key for j in mine)
+        assert await store.find_claims("nobody") == []
+
     async def test_lapsed_claim_is_taken_back_as_a_new_attempt(self, store: Store) -> None:
         await store.insert_step(make_job("r", "s"))
         first = await claim_one(store, "fn", "dead", 0.05)
