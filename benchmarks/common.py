@@ -43,6 +43,8 @@ class Sizes:
     reps: int = 3
     w1_runs: int = 200
     w1_steps: int = 10
+    #: W1 again, on a database that already holds this many steps of finished runs.
+    w1_held: int = 100_000
     w2_runs: int = 500
     w2_steps: int = 10
     w3_steps: int = 1000
@@ -63,6 +65,7 @@ class Sizes:
 FULL = Sizes()
 QUICK = Sizes(
     w1_runs=20,
+    w1_held=10_000,
     w2_runs=50,
     w3_steps=200,
     w4_runs=20,

@@ -49,9 +49,14 @@ def _reset(counter: CommandCounter | None) -> None:
         counter.reset()
 
 
-async def w1_sequential(kind: StoreKind, uri: str | None, runs: int, steps: int) -> Measurement:
-    """W1: ``runs`` workflows of ``steps`` no-op inline steps, one after another."""
+async def w1_sequential(
+    kind: StoreKind, uri: str | None, runs: int, steps: int, held: int = 0
+) -> Measurement:
+    """W1: ``runs`` workflows of ``steps`` no-op inline steps, one after another; with
+    ``held``, on a database that already holds that many steps of finished runs."""
     async with open_store(kind, uri, "w1") as (store, counter, _):
+        if held:
+            await hold_finished_steps(store, held)
         engine = Engine(store)
         register_inline(engine)
         async with engine:
@@ -65,6 +70,53 @@ async def w1_sequential(kind: StoreKind, uri: str | None, runs: int, steps: int)
             cpu = time.process_time() - cpu
             commands = _counts(counter)
     return Measurement(seconds, runs * steps, commands, {"cpu_s": cpu})
+
+
+async def hold_finished_steps(store: Store, count: int, per_run: int = 10) -> None:
+    """Fill the store with ``count`` steps of finished runs (``per_run`` each), in bulk on
+    MongoDB (``insert_many`` of the store's own documents)."""
+    now = utcnow()
+    runs = [
+        RunRecord(
+            run_id=f"done-{r:07d}",
+            workflow=INLINE_WF,
+            status="completed",
+            input=None,
+            created_at=now,
+            updated_at=now,
+            output=per_run,
+            pending_pass=False,
+            passes=1,
+        )
+        for r in range(count // per_run)
+    ]
+    steps = [
+        StepRecord(
+            run_id=run.run_id,
+            key=f"s{i}",
+            kind="inline",
+            status="succeeded",
+            attempts=1,
+            updated_at=now,
+            ended_at=now,
+        )
+        for run in runs
+        for i in range(per_run)
+    ]
+    runs_collection = getattr(store, "runs", None)
+    if runs_collection is not None and hasattr(runs_collection, "insert_many"):
+        from pikku_mongo.documents import run_to_doc, step_to_doc
+
+        await store.init()
+        steps_collection = getattr(store, "steps")  # noqa: B009 - MongoStore's collection
+        for at in range(0, len(runs), 1000):
+            await runs_collection.insert_many([run_to_doc(r) for r in runs[at : at + 1000]])
+        for at in range(0, len(steps), 5000):
+            await steps_collection.insert_many([step_to_doc(s) for s in steps[at : at + 5000]])
+        return
+    for run in runs:
+        await store.insert_run(run)
+    await store.save_steps(steps)
 
 
 async def w2_concurrent(kind: StoreKind, uri: str | None, runs: int, steps: int) -> Measurement:

@@ -138,6 +138,21 @@ def _rows(r: Results) -> list[Row]:
             _cmds(mongo),
         )
     )
+    held = r.get("W1", "mongo", "held")
+    if held is not None:
+        grow = f" ({X}{held.per_step_ms / mongo.per_step_ms:.2f} of W1)" if mongo else ""
+        rows.append(
+            (
+                f"W1 on a database already holding {z.w1_held:,} steps of finished runs",
+                "ms per step (÷ W1)",
+                "—",
+                num(held.per_step_ms) + grow,
+                "—",
+                ratio(ms(held), ms(dbos)),
+                "—",
+                _cmds(held),
+            )
+        )
     # W2: throughput.
     mem, mongo, dbos = trio("W2")
     rows.append(

@@ -86,7 +86,7 @@ def plan_units(sizes: Sizes, workloads: list[str], systems: list[str]) -> int:
         units += 2 * reps + 1  # raw rates, profile
     for w in workloads:
         if w in ("W1", "W2", "W3", "W4"):
-            units += reps * len(systems)
+            units += reps * (len(systems) + (w == "W1" and "mongo" in systems))
         elif w == "W5":
             units += reps * (
                 ("memory" in systems) + ("mongo" in systems) * (len(sizes.w5_workers) + 2)
@@ -199,6 +199,14 @@ class Suite:
             "W4": lambda: ours.w4_sleepers(kind, uri, z.w4_runs, z.w4_sleep),
         }
         await self.measure(workload, kind, "", fns[workload])
+        if workload == "W1" and kind == "mongo":
+            held = z.w1_held
+            await self.measure(
+                "W1",
+                kind,
+                "held",
+                lambda: ours.w1_sequential(kind, uri, z.w1_runs, z.w1_steps, held=held),
+            )
 
     async def dbos(self, workload: str) -> None:
         z = self.z
