@@ -221,6 +221,10 @@ async def drop_database(uri: str, name: str) -> None:
         await client.close()
 
 
+#: Extra ``MongoStore.from_uri`` options for every workload (``--write-concern``).
+STORE_OPTIONS: dict[str, Any] = {}
+
+
 @contextlib.asynccontextmanager
 async def open_store(
     kind: StoreKind, base_uri: str | None, tag: str
@@ -237,7 +241,7 @@ async def open_store(
     name = fresh_db_name(tag)
     uri = with_database(base_uri, name)
     counter = CommandCounter()
-    store = MongoStore.from_uri(uri, event_listeners=[counter])
+    store = MongoStore.from_uri(uri, event_listeners=[counter], **STORE_OPTIONS)
     try:
         yield store, counter, uri
     finally:

@@ -382,6 +382,13 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         "--publish", action="store_true", help="also copy the chart to docs/benchmarks.png"
     )
     parser.add_argument("--out", type=Path, default=OUT_DIR, help="output directory")
+    parser.add_argument(
+        "--write-concern",
+        choices=("durable", "w1"),
+        default="durable",
+        help="MongoStore's write concern: its durable default (majority, journaled), or "
+        "w=1 (reads then use read concern local); W5's worker processes keep the default",
+    )
     return parser.parse_args(argv)
 
 
@@ -397,6 +404,12 @@ def _pick(text: str | None, allowed: tuple[str, ...], what: str) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
+    if args.write_concern == "w1":
+        from pymongo import WriteConcern
+
+        from benchmarks import common
+
+        common.STORE_OPTIONS["write_concern"] = WriteConcern(w=1)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     sizes = QUICK if args.quick else FULL
     if args.reps:

@@ -7,10 +7,13 @@
     pikku-mongo recover
     pikku-mongo prune --older-than 30d
     pikku-mongo init
+    pikku-mongo doctor
     pikku-mongo ui [--host 127.0.0.1] [--port 8642] [--token T] [--read-only] [--refresh S]
 
-Every command but ``ui`` takes ``--json``. Errors are one line on stderr, with exit code 1 (2 for
-bad usage).
+Every command but ``ui`` takes ``--json``. Errors are one line on stderr, with exit code 1
+(2 for bad usage). A server that does not answer fails a command within about
+``SERVER_TIMEOUT_S`` seconds (unless the URI sets ``serverSelectionTimeoutMS`` itself).
+``doctor`` exits 1 when a check fails.
 """
 
 from __future__ import annotations
@@ -25,8 +28,27 @@ from dataclasses import asdict, is_dataclass
 from datetime import datetime
 from typing import Any
 
+from pymongo.errors import ConnectionFailure
+
 from engine_core import Engine, EngineError, RunStatus
-from pikku_mongo.store import MongoStore
+from pikku_mongo.doctor import diagnose, render
+from pikku_mongo.errors import ServerUnreachableError
+from pikku_mongo.server import ensure_reachable, short_reason
+from pikku_mongo.store import MongoStore, _redact
+
+#: How long a command waits for a server to answer before it gives up (seconds).
+SERVER_TIMEOUT_S = 5.0
+
+
+def _client_options(uri: str) -> dict[str, Any]:
+    """Short timeouts for a command-line tool, unless the URI chose its own."""
+    options: dict[str, Any] = {}
+    query = uri.partition("?")[2].lower()
+    timeout_ms = int(SERVER_TIMEOUT_S * 1000)
+    for name in ("serverSelectionTimeoutMS", "connectTimeoutMS"):
+        if name.lower() + "=" not in query:
+            options[name] = timeout_ms
+    return options
 
 
 def _jsonable(value: Any) -> Any:
@@ -100,8 +122,29 @@ def _show_run(status: RunStatus, history: list[Any]) -> str:
     return "\n".join(lines)
 
 
+async def _connect(uri: str) -> MongoStore:
+    """A store for one command, once the server answered a ping (not retried: an
+    unreachable server is one line, at once)."""
+    store = MongoStore.from_uri(uri, **_client_options(uri))
+    try:
+        await ensure_reachable(store.database, _redact(uri), SERVER_TIMEOUT_S + 1)
+    except BaseException:
+        await store.close()
+        raise
+    return store
+
+
+async def _doctor(uri: str) -> tuple[dict[str, Any], str, int]:
+    store = await _connect(uri)
+    try:
+        report = await diagnose(store)
+    finally:
+        await store.close()
+    return report.to_json(), render(report), 0 if report.ok else 1
+
+
 async def _run(args: argparse.Namespace, uri: str) -> Any:
-    store = MongoStore.from_uri(uri)
+    store = await _connect(uri)
     engine = Engine(store)
     try:
         if args.command == "init":
@@ -167,6 +210,7 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("--json", action="store_true", help="print JSON")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("init", parents=[common], help="create the indexes")
+    sub.add_parser("doctor", parents=[common], help="check the server, concerns, indexes and clock")
     sub.add_parser("recover", parents=[common], help="run one recovery pass")
     prune = sub.add_parser("prune", parents=[common], help="delete old finished runs")
     prune.add_argument("--older-than", required=True, help="age, such as 30d or 12h")
@@ -257,16 +301,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not uri:
         print("pikku-mongo: set MONGODB_URI (with a database name in its path)", file=sys.stderr)
         return 1
+    code = 0
     try:
-        data, text = asyncio.run(_run(args, uri))
-    except (EngineError, ValueError, TypeError, OSError) as exc:
+        if args.command == "doctor":
+            data, text, code = asyncio.run(_doctor(uri))
+        else:
+            data, text = asyncio.run(_run(args, uri))
+    except ServerUnreachableError as exc:
         print(f"pikku-mongo: {exc}", file=sys.stderr)
         return 1
+    except ConnectionFailure as exc:  # the server went away in the middle
+        reason = short_reason(exc)
+        print(f"pikku-mongo: lost the MongoDB server at {_redact(uri)} ({reason})", file=sys.stderr)
+        return 1
+    except (EngineError, ValueError, TypeError, OSError) as exc:
+        print(f"pikku-mongo: {_flat(str(exc))}", file=sys.stderr)
+        return 1
     except Exception as exc:  # a one-line error for anything the driver raises
-        print(f"pikku-mongo: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"pikku-mongo: {type(exc).__name__}: {_flat(short_reason(exc))}", file=sys.stderr)
         return 1
     print(json.dumps(data, indent=2) if args.json else text)
-    return 0
+    return code
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
 
 
 if __name__ == "__main__":

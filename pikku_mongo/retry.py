@@ -4,7 +4,8 @@ Bounded exponential backoff with jitter; every retry is logged. Only operations 
 repetition is safe are wrapped (see ``MongoStore``): reads, and writes that are guarded
 or idempotent. The driver's own retryable writes already repeat a single write once,
 exactly once, on a replica set; this layer covers failovers that outlast that. Anything
-that is not transient (a duplicate key, a bad query, a closed client) surfaces at once.
+that is not transient (a duplicate key, a bad query, a closed client) surfaces at once; a
+document over the BSON size limit surfaces at once as :class:`DocumentTooLargeError`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,13 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any, ParamSpec, TypeVar
 
-from pymongo.errors import ConnectionFailure, PyMongoError
+from pymongo.errors import (
+    BulkWriteError,
+    ConnectionFailure,
+    DocumentTooLarge,
+    OperationFailure,
+    PyMongoError,
+)
 from tenacity import (
     AsyncRetrying,
     RetryCallState,
@@ -27,6 +34,8 @@ from tenacity import (
 )
 
 from engine_core.errors import StoreUnavailableError
+from pikku_mongo.errors import DocumentTooLargeError
+from pikku_mongo.server import short_reason
 
 log = logging.getLogger("pikku_mongo.retry")
 
@@ -50,6 +59,51 @@ def is_transient(exc: BaseException) -> bool:
     return isinstance(exc, PyMongoError) and exc.has_error_label("RetryableWriteError")
 
 
+#: Server error codes for a document over the BSON size limit: BSONObjectTooLarge (an
+#: insert; an update on recent servers) and the update and upsert checks of older ones.
+TOO_LARGE_CODES = frozenset({10334, 17419, 17420})
+
+
+def too_large(exc: BaseException) -> str | None:
+    """Why ``exc`` is a refusal of an oversized document (the driver's check before
+    sending, or the server's), or None when it is something else."""
+    if isinstance(exc, DocumentTooLarge):
+        return str(exc)
+    if isinstance(exc, BulkWriteError):
+        for error in exc.details.get("writeErrors") or []:
+            if error.get("code") in TOO_LARGE_CODES:
+                return str(error.get("errmsg") or exc)
+        return None
+    if isinstance(exc, OperationFailure) and exc.code in TOO_LARGE_CODES:
+        return str((exc.details or {}).get("errmsg") or exc)
+    return None
+
+
+def _refuse_oversize(fn: object, exc: BaseException) -> None:
+    """Raise :class:`DocumentTooLargeError` in place of a size refusal."""
+    detail = too_large(exc)
+    if detail is not None:
+        name = getattr(fn, "__qualname__", "MongoDB write")
+        raise DocumentTooLargeError(name, detail) from exc
+
+
+def surface_oversize(
+    fn: Callable[P, Coroutine[Any, Any, R]],
+) -> Callable[P, Coroutine[Any, Any, R]]:
+    """Decorate an operation that retries by itself: a size refusal surfaces as
+    :class:`DocumentTooLargeError`."""
+
+    @functools.wraps(fn)
+    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return await fn(*args, **kwargs)
+        except Exception as exc:
+            _refuse_oversize(fn, exc)
+            raise
+
+    return wrapper
+
+
 #: The wait after a first attempt failed (tenacity's own waits follow the later ones).
 FIRST_WAIT_S = 0.1
 
@@ -67,7 +121,7 @@ def _warn(fn: object, exc: BaseException | None, attempt: int, wait: float) -> N
         type(exc).__name__,
         attempt,
         MAX_ATTEMPTS,
-        exc,
+        short_reason(exc) if exc is not None else "",
         wait,
     )
 
@@ -104,6 +158,7 @@ def transient_retry(
             return await fn(*args, **kwargs)
         except Exception as exc:
             if not is_transient(exc):
+                _refuse_oversize(fn, exc)
                 raise
             _warn(fn, exc, 1, FIRST_WAIT_S)
         await asyncio.sleep(FIRST_WAIT_S)
@@ -112,6 +167,7 @@ def transient_retry(
         except Exception as exc:
             if is_transient(exc):
                 raise unavailable(exc) from exc
+            _refuse_oversize(fn, exc)
             raise
         return result
 

@@ -77,6 +77,10 @@ class RunOps:
     steps: AsyncCollection[Doc]
     events: AsyncCollection[Doc]
     run_writes: Batcher
+    _skew_us: int
+
+    def _ttl(self, ttl: float, what: str) -> float:
+        raise NotImplementedError  # MongoStore's, checked against the clock skew bound
 
     # ---- creating and reading ---------------------------------------------------
 
@@ -129,10 +133,11 @@ class RunOps:
         a lost reply finds the lease held by its own first try and returns None: the
         pass begins again once that lease lapses.)"""
         now = utcnow()
-        expires = now + timedelta(seconds=check_seconds(ttl, "lease ttl"))
+        expires = now + timedelta(seconds=self._ttl(ttl, "lease ttl"))
         query: Doc = {"_id": _id(run_id)}
         if held is None:
-            query["lease_us"] = {"$lte": to_us(now)}
+            # Free, or lapsed ``max_clock_skew`` ago by this host's clock.
+            query["lease_us"] = {"$lte": to_us(now) - self._skew_us}
         else:
             query["token"] = check_int(held, "held token")
         if workflows is not None:

@@ -21,7 +21,6 @@ from pikku_mongo.checks import (
     check_bool,
     check_datetime,
     check_int,
-    check_seconds,
     check_str,
     check_strs,
 )
@@ -56,6 +55,10 @@ class StepOps:
 
     steps: AsyncCollection[Doc]
     step_writes: Batcher
+    _skew_us: int
+
+    def _ttl(self, ttl: float, what: str) -> float:
+        raise NotImplementedError  # MongoStore's, checked against the clock skew bound
 
     @transient_retry
     async def load_steps(self, run_id: str) -> list[StepRecord]:
@@ -160,7 +163,7 @@ class StepOps:
         if check_int(limit, "limit") <= 0 or not wanted:
             return []
         now = utcnow()
-        expires = now + timedelta(seconds=check_seconds(claim_ttl, "claim_ttl"))
+        expires = now + timedelta(seconds=self._ttl(claim_ttl, "claim_ttl"))
         who = pack(check_str(holder, "claim holder"))
         cursor = self.steps.find(claim_filter(now)).sort([("due_at", 1)]).limit(limit * 4)
         candidates = [d for d in await cursor.to_list() if d.get("function") in wanted]
@@ -211,10 +214,11 @@ class StepOps:
 
     @transient_retry
     async def requeue_lapsed_claims(self) -> int:
-        """1 update_many, guarded by the lapsed claim (safe to repeat)."""
+        """1 update_many, guarded by the lapsed claim (safe to repeat); lapsed means
+        ``max_clock_skew`` past its expiry by this host's clock."""
         now = utcnow()
         result = await self.steps.update_many(
-            lapsed_claims_filter(now),
+            lapsed_claims_filter(now - timedelta(microseconds=self._skew_us)),
             {
                 "$set": {
                     "status": "scheduled",
@@ -230,14 +234,17 @@ class StepOps:
     async def extend_claim(
         self, run_id: str, key: str, *, holder: str, attempt: int, claim_ttl: float
     ) -> bool:
-        """1 update, group-committed, guarded by holder and attempt."""
+        """1 update, group-committed, guarded by holder, attempt and the claim not yet
+        counted lost (``max_clock_skew`` before its expiry)."""
+        now = utcnow()
         query = step_id(run_id, key)
         query.update(
-            status="running",
-            claim_holder=pack(check_str(holder, "claim holder")),
-            attempts=check_int(attempt, "attempt"),
+            status=eq("running"),
+            claim_holder=eq(pack(check_str(holder, "claim holder"))),
+            attempts=eq(check_int(attempt, "attempt")),
+            claim_expires_at={"$gt": to_us(now) + self._skew_us},
         )
-        expires = utcnow() + timedelta(seconds=check_seconds(claim_ttl, "claim_ttl"))
+        expires = now + timedelta(seconds=self._ttl(claim_ttl, "claim_ttl"))
         return await self.step_writes.guarded(query, {"$set": {"claim_expires_at": to_us(expires)}})
 
     @transient_retry

@@ -18,11 +18,46 @@ Every guard of the protocol is one filter of one single-document write, so it is
 atomic on the server; expiry is always judged by the filter against the client's clock,
 never by TTL deletion. Writes on the hot path are group-committed
 (:mod:`pikku_mongo.batcher`). See each method for what it costs in commands.
+
+Durability: every collection handle carries the store's write concern (default
+``majority``, journaled, 10 s ``wtimeout``) and read concern (default ``majority`` when
+writes are majority-acknowledged, else ``local``, so the store always reads its own
+writes). The client's or the URI's own concerns are not inherited: an application's
+shared client often runs with ``w=1``. Pass ``write_concern=`` / ``read_concern=`` to
+choose.
+
+Clocks. A lease's (or a claim's) expiry is written by its holder, from the holder's
+clock (``now + ttl``), and judged by every other host against its own clock: no server
+clock is used (nx-27017 serves neither ``$$NOW`` nor pipeline updates). If the clocks of
+any two hosts differ by at most ``S = max_clock_skew``:
+
+* a taker takes over only ``S`` after the stored expiry by its own clock
+  (``expires <= now - S``: :meth:`MongoStore.acquire_lease`,
+  :meth:`MongoStore.requeue_lapsed_claims`). A taker whose clock runs ``d <= S`` ahead
+  of the holder's acts at holder time ``expires + S - d >= expires``: never while the
+  holder may still hold it;
+* a holder counts its lease lost ``S`` before the stored expiry (``expires > now + S``
+  to renew it: :meth:`MongoStore.refresh_lease`, :meth:`MongoStore.extend_claim`; the
+  ``Lease.expires_at`` it is handed is already ``S`` early). It judges a value its own
+  clock wrote, so skew between hosts cancels out there; the margin covers its own
+  clock being stepped (NTP) between writing the expiry and judging it, and makes the
+  gap between the last moment a holder acts and the first moment a taker acts ``2 S``.
+
+So ``ttl`` must be at least ``2 S`` (:class:`LeaseTooShortError` otherwise), and a
+takeover after a holder dies takes ``ttl + S`` (plus the recovery interval). The
+bound is only as good as the hosts' clock sync: :meth:`MongoStore.clock_offset`
+measures this host against the server (``hello`` ``localTime``), ``init`` logs a
+warning when this host is certainly more than ``S / 2`` off (two hosts each within
+``S / 2`` of the server are within ``S`` of each other), and ``pikku-mongo doctor``
+reports it. Due times of sleeps and retries are not leases: a skewed clock fires them a
+little early or late, never twice.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from datetime import UTC, timedelta
 from typing import Any, cast
 
@@ -31,8 +66,11 @@ from pymongo import AsyncMongoClient, ReturnDocument, uri_parser
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import DuplicateKeyError
+from pymongo.read_concern import ReadConcern
 from pymongo.read_preferences import ReadPreference
+from pymongo.write_concern import WriteConcern
 
+from engine_core.durations import Duration, parse_duration
 from engine_core.records import EventRecord, Lease, utcnow
 from pikku_mongo.batcher import Batcher
 from pikku_mongo.checks import check_int, check_seconds, check_str
@@ -46,14 +84,25 @@ from pikku_mongo.documents import (
     pack,
     to_us,
 )
-from pikku_mongo.errors import MissingDatabaseError
+from pikku_mongo.errors import LeaseTooShortError, MissingDatabaseError
 from pikku_mongo.filters import eq
 from pikku_mongo.indexes import create_indexes
 from pikku_mongo.migrations import migrate
 from pikku_mongo.retry import transient_retry
 from pikku_mongo.run_ops import RunOps
+from pikku_mongo.server import ClockOffset, measure_clock_offset
 from pikku_mongo.step_ops import StepOps
 from pikku_mongo.watch import job_inserts
+
+log = logging.getLogger("pikku_mongo.store")
+
+#: Acknowledged by a majority of the replica set and journaled; a ``WTimeoutError``
+#: rather than an endless wait when no majority answers within 10 s.
+DEFAULT_WRITE_CONCERN = WriteConcern(w="majority", j=True, wtimeout=10_000)
+#: What a failover cannot roll back (used with a majority write concern).
+DEFAULT_READ_CONCERN = ReadConcern("majority")
+#: The bound on the clock difference between any two hosts (see "Clocks" above).
+DEFAULT_MAX_CLOCK_SKEW: Duration = "1s"
 
 #: Datetimes come back timezone-aware in UTC; documents are plain dicts.
 CODEC_OPTIONS: CodecOptions[Doc] = CodecOptions(document_class=dict, tz_aware=True, tzinfo=UTC)
@@ -65,15 +114,30 @@ class MongoStore(RunOps, StepOps):
     """The engine's store on a MongoDB database (see the module docstring)."""
 
     def __init__(
-        self, database: AsyncDatabase[Any], *, prefix: str = "pikku_", change_streams: bool = True
+        self,
+        database: AsyncDatabase[Any],
+        *,
+        prefix: str = "pikku_",
+        write_concern: WriteConcern | None = None,
+        read_concern: ReadConcern | None = None,
+        max_clock_skew: Duration = DEFAULT_MAX_CLOCK_SKEW,
+        change_streams: bool = True,
     ) -> None:
+        """``write_concern`` / ``read_concern``: pymongo objects replacing the durable
+        defaults (module docstring). ``max_clock_skew``: seconds or a string such as
+        ``"500ms"``, the bound on clock differences between hosts that lease expiry
+        tolerates (module docstring, "Clocks"); 0 on a single host. ``change_streams``:
+        wake idle workers from a change stream where the server serves one."""
         if not isinstance(database, AsyncDatabase):
             raise TypeError(
                 "MongoStore needs a pymongo AsyncDatabase (from pymongo.AsyncMongoClient), "
                 f"not {type(database).__name__}"
             )
         check_str(prefix, "collection prefix")
-        #: Wake idle workers from a change stream where the server serves one.
+        self.write_concern, self.read_concern, self.max_clock_skew = _options(
+            write_concern, read_concern, max_clock_skew
+        )
+        self._skew_us = round(self.max_clock_skew * 1_000_000)
         self._watch = bool(change_streams)
         self.database = database
         self.prefix = prefix
@@ -95,11 +159,15 @@ class MongoStore(RunOps, StepOps):
         uri: str,
         *,
         prefix: str = "pikku_",
+        write_concern: WriteConcern | None = None,
+        read_concern: ReadConcern | None = None,
+        max_clock_skew: Duration = DEFAULT_MAX_CLOCK_SKEW,
         change_streams: bool = True,
         **client_kwargs: Any,
     ) -> MongoStore:
         """A store on the database named in ``uri``'s path, with a client of its own
-        (closed by :meth:`close`). ``client_kwargs`` go to ``AsyncMongoClient``.
+        (closed by :meth:`close`). ``client_kwargs`` go to ``AsyncMongoClient``; the
+        other options are the constructor's.
 
         Raises :class:`MissingDatabaseError` when the URI names no database."""
         check_str(uri, "MongoDB URI")
@@ -109,8 +177,17 @@ class MongoStore(RunOps, StepOps):
                 f"the MongoDB URI {_redact(uri)!r} names no database: put one in its path, "
                 "e.g. mongodb://host:27017/mydb, or pass MongoStore(database=...)"
             )
+        _options(write_concern, read_concern, max_clock_skew)  # before making a client
+        check_str(prefix, "collection prefix")
         client: AsyncMongoClient[Any] = AsyncMongoClient(uri, **client_kwargs)
-        store = cls(client.get_database(name), prefix=prefix, change_streams=change_streams)
+        store = cls(
+            client.get_database(name),
+            prefix=prefix,
+            write_concern=write_concern,
+            read_concern=read_concern,
+            max_clock_skew=max_clock_skew,
+            change_streams=change_streams,
+        )
         store._client = client
         return store
 
@@ -120,22 +197,69 @@ class MongoStore(RunOps, StepOps):
             codec_options=CODEC_OPTIONS,
             # The guarantees need read-your-writes: never read from a secondary.
             read_preference=ReadPreference.PRIMARY,
+            write_concern=self.write_concern,
+            read_concern=self.read_concern,
         )
         return cast(AsyncCollection[Doc], collection)
 
     def __repr__(self) -> str:
         return f"MongoStore(database={self.database.name!r}, prefix={self.prefix!r})"
 
-    @transient_retry
     async def init(self) -> None:
         """Bring the database to this version's storage format (see
-        :mod:`pikku_mongo.migrations`) and create every index; 1 find when nothing needs
-        migrating, then 3-4 ``createIndexes`` commands."""
+        :mod:`pikku_mongo.migrations`) and create every index (1 find when nothing needs
+        migrating, then 3-4 ``createIndexes`` commands), then measure this host's clock
+        against the server's (3 ``hello``; see :meth:`clock_offset`)."""
+        await self._prepare()
+        try:
+            await self.clock_offset(samples=3)
+        except Exception as exc:  # a measurement, never a reason to fail start-up
+            log.info("could not measure the clock offset from the server: %s", exc)
+
+    @transient_retry
+    async def _prepare(self) -> None:
         await migrate(self.meta, self.runs, self.steps)
         created = await create_indexes(
             self.runs, self.steps, self.events, self.leases, ttl=not self._ttl_refused
         )
         self._ttl_refused = self._ttl_refused or not created
+
+    async def clock_offset(self, samples: int = 5) -> ClockOffset | None:
+        """This host's clock against the server's: ``samples`` ``hello`` commands, the
+        tightest kept (see :class:`~pikku_mongo.server.ClockOffset`). Logs a warning
+        when the offset is certainly beyond half of ``max_clock_skew``. None when the
+        server reports no ``localTime``."""
+        measured = await measure_clock_offset(self.database, samples)
+        if measured is None:
+            log.info("the server reports no localTime: the clock offset is not measured")
+        elif measured.beyond(self.max_clock_skew / 2):
+            log.warning(
+                "this host's clock is %+.3f s (± %.3f s) off the MongoDB server's: beyond "
+                "half of max_clock_skew (%g s), so lease expiry may misjudge hosts whose "
+                "clocks differ by more than the bound; fix the clock sync (NTP) or raise "
+                "MongoStore(max_clock_skew=...)",
+                measured.offset,
+                measured.uncertainty,
+                self.max_clock_skew,
+            )
+        return measured
+
+    def _ttl(self, ttl: float, what: str) -> float:
+        """``ttl`` in seconds, checked against the clock skew bound."""
+        seconds = check_seconds(ttl, what)
+        if seconds < 2 * self.max_clock_skew:
+            raise LeaseTooShortError(
+                f"a {what} of {seconds:g} s is shorter than twice max_clock_skew "
+                f"({self.max_clock_skew:g} s): the holder would count it lost after "
+                f"{seconds - self.max_clock_skew:g} s; use a longer lease_ttl or a smaller "
+                "MongoStore(max_clock_skew=...)"
+            )
+        return seconds
+
+    def _held(self, doc: Doc) -> Lease:
+        """The lease as its holder must see it: ending ``max_clock_skew`` early."""
+        lease = lease_from_doc(doc)
+        return replace(lease, expires_at=lease.expires_at - timedelta(microseconds=self._skew_us))
 
     def job_hints(self) -> AsyncIterator[None] | None:
         """A change stream of queue-job inserts (see :mod:`pikku_mongo.watch`); it ends
@@ -187,15 +311,16 @@ class MongoStore(RunOps, StepOps):
 
     @transient_retry
     async def acquire_lease(self, key: str, holder: str, ttl: float) -> Lease | None:
-        """1 findAndModify: an upsert that takes over an expired lease or creates a first
-        one (token 1). A live lease makes the upsert collide with its ``_id``: None."""
+        """1 findAndModify: an upsert that takes over a lease expired ``max_clock_skew``
+        ago (by this host's clock) or creates a first one (token 1). A live lease makes
+        the upsert collide with its ``_id``: None."""
         lease_key = pack(check_str(key, "lease key"))
         who = pack(check_str(holder, "lease holder"))
         now = utcnow()
-        expires = now + timedelta(seconds=check_seconds(ttl, "lease ttl"))
+        expires = now + timedelta(seconds=self._ttl(ttl, "lease ttl"))
         try:
             doc = await self.leases.find_one_and_update(
-                {"_id": lease_key, "expires_us": {"$lte": to_us(now)}},
+                {"_id": lease_key, "expires_us": {"$lte": to_us(now) - self._skew_us}},
                 {"$set": {"holder": who, **lease_expiry(expires)}, "$inc": {"token": 1}},
                 upsert=True,
                 return_document=_AFTER,
@@ -203,23 +328,24 @@ class MongoStore(RunOps, StepOps):
         except DuplicateKeyError:
             return None  # held and live
         # nx-27017 answers a colliding upsert with no document instead of an error.
-        return lease_from_doc(doc) if doc is not None else None
+        return self._held(doc) if doc is not None else None
 
     @transient_retry
     async def refresh_lease(self, lease: Lease, ttl: float) -> Lease | None:
-        """1 findAndModify, guarded by holder, token and expiry."""
+        """1 findAndModify, guarded by holder, token and expiry: a lease within
+        ``max_clock_skew`` of its stored expiry counts as lost already."""
         now = utcnow()
         doc = await self.leases.find_one_and_update(
             {
                 "_id": pack(check_str(lease.key, "lease key")),
                 "holder": pack(check_str(lease.holder, "lease holder")),
                 "token": check_int(lease.token, "lease token"),
-                "expires_us": {"$gt": to_us(now)},
+                "expires_us": {"$gt": to_us(now) + self._skew_us},
             },
-            {"$set": lease_expiry(now + timedelta(seconds=check_seconds(ttl, "lease ttl")))},
+            {"$set": lease_expiry(now + timedelta(seconds=self._ttl(ttl, "lease ttl")))},
             return_document=_AFTER,
         )
-        return lease_from_doc(doc) if doc is not None else None
+        return self._held(doc) if doc is not None else None
 
     @transient_retry
     async def release_lease(self, lease: Lease) -> None:
@@ -233,6 +359,24 @@ class MongoStore(RunOps, StepOps):
             },
             {"$set": lease_expiry(EPOCH, gc_from=utcnow())},
         )
+
+
+def _options(
+    write_concern: object, read_concern: object, max_clock_skew: object
+) -> tuple[WriteConcern, ReadConcern, float]:
+    """The checked constructor options, defaults filled in: a majority read concern
+    goes only with a majority write concern (else a read might miss our own write)."""
+    if write_concern is None:
+        write_concern = DEFAULT_WRITE_CONCERN
+    elif not isinstance(write_concern, WriteConcern):
+        raise TypeError(f"write_concern must be a pymongo WriteConcern, not {write_concern!r}")
+    if read_concern is None:
+        majority = write_concern.document.get("w") == "majority"
+        read_concern = DEFAULT_READ_CONCERN if majority else ReadConcern("local")
+    elif not isinstance(read_concern, ReadConcern):
+        raise TypeError(f"read_concern must be a pymongo ReadConcern, not {read_concern!r}")
+    skew = parse_duration(max_clock_skew, what="max_clock_skew")
+    return write_concern, read_concern, skew
 
 
 def _database_name(uri: str) -> str | None:

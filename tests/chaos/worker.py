@@ -3,7 +3,10 @@
 Every step execution is appended to a log file (one JSON line, written before the step
 returns), so the tests count executions independently of the store.
 
-    python -m tests.chaos.worker URI LOG [--lease-ttl 1s] [--no-functions] [--no-workflows]
+    python -m tests.chaos.worker URI LOG [--lease-ttl 1s] [--max-clock-skew 0s]
+                                 [--no-functions] [--no-workflows]
+
+Every worker runs on this one host, so the store's clock skew bound defaults to 0 here.
 """
 
 from __future__ import annotations
@@ -115,7 +118,7 @@ def register(engine: Engine, functions: bool, workflows: bool) -> None:
 
 async def serve(args: argparse.Namespace) -> None:
     engine = Engine(
-        MongoStore.from_uri(args.uri),
+        MongoStore.from_uri(args.uri, max_clock_skew=args.max_clock_skew),
         lease_ttl=args.lease_ttl,
         recovery_interval=args.recovery_interval,
         stalled_after=args.stalled_after,
@@ -134,6 +137,7 @@ def main() -> None:
     parser.add_argument("uri")
     parser.add_argument("log")
     parser.add_argument("--lease-ttl", default="1s")
+    parser.add_argument("--max-clock-skew", default="0s")
     parser.add_argument("--recovery-interval", default="0.5s")
     parser.add_argument("--stalled-after", default="5m")
     parser.add_argument("--concurrency", type=int, default=16)

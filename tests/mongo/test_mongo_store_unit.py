@@ -82,7 +82,7 @@ async def client(mongo_uri: str) -> AsyncIterator[AsyncMongoClient[dict[str, Any
 @pytest.fixture
 async def mongo(client: AsyncMongoClient[dict[str, Any]]) -> AsyncIterator[MongoStore]:
     name = fresh_name()
-    store = MongoStore(client[name])
+    store = MongoStore(client[name], max_clock_skew=0)  # one host
     await store.init()
     try:
         yield store
@@ -99,7 +99,7 @@ async def store(
         yield InMemoryStore()
         return
     name = fresh_name()
-    mongo_store = MongoStore(client[name])
+    mongo_store = MongoStore(client[name], max_clock_skew=0)
     await mongo_store.init()
     try:
         yield mongo_store

@@ -20,6 +20,13 @@ Library use::
     ...
     srv.stop()
 
+Fault injection (see ``tests/faults``)::
+
+    srv.kill()                        # SIGKILL: no shutdown, no flush
+    srv.restart()                     # same command line: same port, same --data-dir
+    srv.freeze(); srv.thaw()          # SIGSTOP / SIGCONT: connections stay open, no replies
+    with srv.frozen(): ...            # thawed on the way out, whatever happens
+
 CLI (stays up until Ctrl-C)::
 
     python -m tests.support.servers nx [--port N] [--data-dir DIR]
@@ -104,6 +111,9 @@ class Server:
         self.log_path = log_path
         self._owned_dir = owned_dir
         self._stopped = False
+        self._frozen = False
+        self.restarts = 0
+        self.cwd = log_path.parent
 
     @property
     def pid(self) -> int:
@@ -119,6 +129,66 @@ class Server:
             return f"<cannot read {self.log_path}: {exc}>"
         return text[-max_chars:]
 
+    # ---- fault injection ----------------------------------------------------------
+
+    def kill(self) -> None:
+        """SIGKILL the server and reap it (what a crash or an OOM kill does)."""
+        proc = self.process
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+        proc.wait(timeout=10)
+        self._frozen = False
+
+    def restart(self, timeout: float = DEFAULT_START_TIMEOUT) -> None:
+        """Start the server again with the same command line (same port, same data
+        directory: nx-27017 keeps its data; mongoeco's memory engine starts empty) and
+        return once it answers a ping. Kills it first if it still runs. A port still held
+        by the dying process is retried until ``timeout``."""
+        if self._stopped:
+            raise ServerStartError(f"{self.name} was stopped for good; start a new one")
+        self.kill()
+        cmd = [str(a) for a in self.process.args]  # type: ignore[union-attr]
+        deadline = time.monotonic() + timeout
+        while True:
+            self.process = _spawn(cmd, self.log_path, self.cwd)
+            try:
+                _wait_ready(self, max(1.0, deadline - time.monotonic()), stop_on_failure=False)
+            except ServerStartError as exc:
+                in_use = "address already in use" in str(exc).lower()
+                if in_use and time.monotonic() < deadline:
+                    self.kill()
+                    time.sleep(0.2)
+                    continue
+                raise
+            self.restarts += 1
+            return
+
+    def freeze(self) -> None:
+        """SIGSTOP: the server keeps its sockets (connects still complete in the kernel's
+        backlog) but answers nothing until :meth:`thaw`."""
+        os.kill(self.pid, signal.SIGSTOP)
+        self._frozen = True
+
+    def thaw(self) -> None:
+        """SIGCONT: the server goes on, answering what was sent meanwhile."""
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGCONT)
+        self._frozen = False
+
+    @property
+    def is_frozen(self) -> bool:
+        return self._frozen
+
+    @contextlib.contextmanager
+    def frozen(self) -> Iterator[Server]:
+        """Frozen inside the block, thawed on the way out (even on an error)."""
+        self.freeze()
+        try:
+            yield self
+        finally:
+            self.thaw()
+
     def stop(self, timeout: float = 5.0) -> None:
         """SIGTERM, wait up to ``timeout`` s, then SIGKILL."""
         if self._stopped:
@@ -127,6 +197,8 @@ class Server:
         with _LIVE_LOCK:
             _LIVE.discard(self)
         proc = self.process
+        if self._frozen:
+            self.thaw()  # a stopped process would hold SIGTERM until continued
         if proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 proc.terminate()
@@ -204,7 +276,7 @@ def _spawn(cmd: Sequence[str], log_path: Path, cwd: Path) -> subprocess.Popen[by
         )
 
 
-def _wait_ready(srv: Server, timeout: float) -> None:
+def _wait_ready(srv: Server, timeout: float, *, stop_on_failure: bool = True) -> None:
     """Poll ``ping`` until it answers; raise ServerStartError with the log."""
     deadline = time.monotonic() + timeout
     last_error: BaseException | None = None
@@ -230,7 +302,8 @@ def _wait_ready(srv: Server, timeout: float) -> None:
         else f"no successful ping within {timeout:.0f}s (last error: {last_error!r})"
     )
     cmd = " ".join(map(str, srv.process.args))  # type: ignore[arg-type]
-    srv.stop()
+    if stop_on_failure:
+        srv.stop()
     raise ServerStartError(
         f"{srv.name} server {why}\ncommand: {cmd}\n"
         f"--- output ({srv.log_path}) ---\n{srv.log_tail()}"
@@ -251,6 +324,7 @@ def _start(
         p = port if port is not None else free_port()
         proc = _spawn(build_cmd(p), log_path, cwd)
         srv = Server(name, p, proc, log_path, owned_dir=None)
+        srv.cwd = cwd
         with _LIVE_LOCK:
             _LIVE.add(srv)
         try:
