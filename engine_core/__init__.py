@@ -3,26 +3,30 @@
 from engine_core.context import StepInfo, WorkflowContext, current_step
 from engine_core.engine import Engine
 from engine_core.errors import (
+    DuplicateRunError,
     EngineError,
     InvalidDurationError,
     InvalidLimitError,
     InvalidNameError,
     InvalidRunIdError,
     NotSerializableError,
+    QueueNotDeclaredError,
     RunNotFoundError,
     StepFailedError,
     StoreUnavailableError,
+    WorkflowDeadlineExceededError,
     WorkflowNotRegisteredError,
     WorkflowRunCancelledError,
     WorkflowRunFailedError,
 )
 from engine_core.mirror import RunMirror
 from engine_core.recovery import RecoveryReport, WorkflowRecovery
-from engine_core.status import RunStatus, StepStatus, TimelineEntry
+from engine_core.status import QueueStatus, RunStatus, StepStatus, TimelineEntry
 from engine_core.store import Store
 from engine_core.tracing import TraceIdFilter
 
 __all__ = [
+    "DuplicateRunError",
     "Engine",
     "EngineError",
     "InvalidDurationError",
@@ -30,6 +34,8 @@ __all__ = [
     "InvalidNameError",
     "InvalidRunIdError",
     "NotSerializableError",
+    "QueueNotDeclaredError",
+    "QueueStatus",
     "RecoveryReport",
     "RunMirror",
     "RunNotFoundError",
@@ -42,6 +48,7 @@ __all__ = [
     "TimelineEntry",
     "TraceIdFilter",
     "WorkflowContext",
+    "WorkflowDeadlineExceededError",
     "WorkflowNotRegisteredError",
     "WorkflowRecovery",
     "WorkflowRunCancelledError",

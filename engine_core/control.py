@@ -68,10 +68,15 @@ class RunControl:
 
     # ---- stopping and restarting -----------------------------------------------
 
-    async def cancel(self, run_id: str, *, compensate: bool = False) -> None:
+    async def cancel(
+        self, run_id: str, *, compensate: bool = False, error: dict[str, Any] | None = None
+    ) -> None:
+        """Stop the run and its children; ``error`` is what the run records (a plain
+        cancel by default). A queued run has nothing to compensate: it is cancelled."""
         run = await self.get(run_id)
+        compensate = compensate and run.status != "queued"
         target: RunState = "compensating" if compensate else "cancelled"
-        error = cancelled_error(run_id)
+        error = error or cancelled_error(run_id)
         updated = await self.store.set_run_status(
             run.run_id, target, expect=STOPPABLE, error=error, request_pass=compensate
         )

@@ -107,10 +107,21 @@ class Driver:
                 )
                 if run is None:
                     return False
-                while run is not None:
-                    self._again.discard(run_id)
-                    end = await self._pass(run)
-                    run = await self.runtime.outages.call(functools.partial(self._next, run, end))
+                first = run
+                if not self.runtime.take_queue_slot(first):
+                    # Its queue's runs fill this process's share: the fleet may take it.
+                    await self.store.request_pass(run_id)
+                    await self.store.release_pass(run_id, token=run.token)
+                    return True
+                try:
+                    while run is not None:
+                        self._again.discard(run_id)
+                        end = await self._pass(run)
+                        run = await self.runtime.outages.call(
+                            functools.partial(self._next, run, end)
+                        )
+                finally:
+                    self.runtime.give_queue_slot(first)
                 return True
         finally:
             self._queued -= 1

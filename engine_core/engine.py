@@ -20,6 +20,7 @@ from engine_core.durations import Duration, parse_duration
 from engine_core.errors import (
     InvalidLimitError,
     InvalidRunIdError,
+    WorkflowDeadlineExceededError,
     WorkflowNotRegisteredError,
     WorkflowRunCancelledError,
     WorkflowRunFailedError,
@@ -27,10 +28,11 @@ from engine_core.errors import (
 from engine_core.host import Host
 from engine_core.keys import CURRENT_SCHEME
 from engine_core.mirror import RunMirror, mirror_run
+from engine_core.queues import QueueLimits, check_priority, declare, declared
 from engine_core.records import FAILED_ENDINGS, TERMINAL, EventRecord, RunRecord, utcnow
 from engine_core.recovery import RecoveryReport, WorkflowRecovery
 from engine_core.runtime import EngineConfig
-from engine_core.status import RunStatus, TimelineEntry, fold_status, timeline
+from engine_core.status import QueueStatus, RunStatus, TimelineEntry, fold_status, timeline
 from engine_core.store import Store
 from engine_core.tracing import new_run_traceparent
 from engine_core.values import MAX_RUN_ID_LENGTH, check_name, check_run_id, to_stored
@@ -95,6 +97,37 @@ class Engine:
         """Register ``async def fn(payload)`` as a step function any worker may run."""
         return _register(self._host.step_functions, name, "step function")
 
+    def queue(
+        self,
+        name: str,
+        *,
+        concurrency: int | None = None,
+        worker_concurrency: int | None = None,
+        key_concurrency: int | None = None,
+        rate: str | None = None,
+    ) -> None:
+        """Declare the queue ``name`` and its limits (None: no limit), before ``async
+        with``, the same way in every process that starts or drives its runs.
+
+        ``concurrency`` bounds the queue's admitted runs across the fleet and
+        ``key_concurrency`` those of one ``key``, from admission until the run ends;
+        ``worker_concurrency`` bounds how many of them this process drives at once;
+        ``rate="N/period"`` allows at most N admissions in any window of that length.
+        """
+        limits = declare(
+            name,
+            concurrency=concurrency,
+            worker_concurrency=worker_concurrency,
+            key_concurrency=key_concurrency,
+            rate=rate,
+        )
+        if self._host.serving:
+            raise RuntimeError("declare queues before `async with engine`")
+        known = self._host.queues.get(limits.name)
+        if known is not None and known != limits:
+            raise ValueError(f"queue {limits.name!r} is already declared with other limits")
+        self._host.queues[limits.name] = limits
+
     # ---- lifecycle ---------------------------------------------------------------
 
     async def __aenter__(self) -> Engine:
@@ -116,11 +149,28 @@ class Engine:
 
     # ---- the client API ----------------------------------------------------------
 
-    async def start(self, workflow: str, input: Any = None, *, run_id: str | None = None) -> str:
+    async def start(
+        self,
+        workflow: str,
+        input: Any = None,
+        *,
+        run_id: str | None = None,
+        queue: str | None = None,
+        key: str | None = None,
+        priority: int = 0,
+        dedup_id: str | None = None,
+        delay: Duration | None = None,
+        deadline: Duration | None = None,
+    ) -> str:
         """Record a run of ``workflow`` and return its id; the run proceeds in the background.
 
-        With a ``run_id`` that exists, returns it and starts nothing. While the store is
-        unreachable it waits, up to the engine's ``store_timeout``, then raises
+        With a ``run_id`` that exists, returns it and starts nothing. With ``queue`` the
+        run waits ``queued`` until its queue admits it (``key`` and ``priority`` as
+        :meth:`queue` describes); with ``delay`` it begins no earlier than that from
+        now; past ``deadline`` from now it is cancelled with its children. While a run
+        that has not ended holds the same ``dedup_id`` on the same queue, raises
+        :class:`DuplicateRunError` and records nothing. While the store is unreachable
+        it waits, up to the engine's ``store_timeout``, then raises
         :class:`StoreUnavailableError`.
         """
         registered = self._host.workflows
@@ -130,6 +180,14 @@ class Engine:
                 f"(registered: {sorted(registered) or 'none'})"
             )
         run_id = check_run_id(run_id) if run_id is not None else uuid.uuid4().hex
+        limits = declared(self._host.queues, queue) if queue is not None else None
+        if limits is None and (key is not None or priority != 0):
+            raise ValueError("key and priority order a queue's runs: pass queue= as well")
+        if key is not None:
+            check_name(key, "queue key")
+        check_priority(priority)
+        if dedup_id is not None:
+            check_name(dedup_id, "dedup_id")
         now = utcnow()
         run = RunRecord(
             run_id=run_id,
@@ -140,9 +198,25 @@ class Engine:
             updated_at=now,
             wire={"traceparent": new_run_traceparent(), "started_by": self.instance_id},
             key_scheme=CURRENT_SCHEME,
+            queue=queue,
+            queue_key=key,
+            priority=priority,
+            dedup_id=dedup_id,
         )
+        if delay is not None:
+            wait = parse_duration(delay, what="delay")
+            run.not_before = now + timedelta(seconds=wait) if wait > 0 else None
+        if deadline is not None:
+            run.deadline_at = now + timedelta(seconds=parse_duration(deadline, what="deadline"))
         host = self._host
-        adopt = host.serving and host.driver.backlog < 2 * self.config.concurrency
+        if queue is not None or run.not_before is not None:
+            run.status = "queued"
+            run.pending_pass = False
+        adopt = (
+            run.status == "running"
+            and host.serving
+            and host.driver.backlog < 2 * self.config.concurrency
+        )
         if adopt:
             # Inserted holding this process's lease: its first pass starts at once,
             # with no write to begin it.
@@ -163,7 +237,12 @@ class Engine:
                 )
             return run_id
         await mirror_run(self.mirror, run)
-        if adopt:
+        if host.serving and (run.not_before is not None or run.deadline_at is not None):
+            host.run_timers.arm(run)
+        if run.status == "queued":
+            if run.not_before is None and queue is not None:
+                host.joined_line(queue)
+        elif adopt:
             host.adopt(run)
         else:
             host.kick(run_id)
@@ -302,6 +381,30 @@ class Engine:
 
     # ---- operating (the dashboard) -----------------------------------------------
 
+    async def list_queues(self) -> list[QueueStatus]:
+        """The queues declared on this engine, with their runs counted by status and
+        the runs admitted in the last minute, sorted by name."""
+        out = []
+        for name, limits in sorted(self._host.queues.items()):
+            counts = await self.store.count_queue(name)
+            state = await self.store.get_queue_state(name)
+            minute = int(utcnow().timestamp() // 60)
+            recent = state.minutes if state is not None else []
+            out.append(
+                QueueStatus(
+                    name=name,
+                    concurrency=limits.concurrency,
+                    worker_concurrency=limits.worker_concurrency,
+                    key_concurrency=limits.key_concurrency,
+                    rate=_rate_text(limits),
+                    queued=counts.get("queued", 0),
+                    active=sum(n for s, n in counts.items() if s != "queued"),
+                    admitted_last_minute=sum(n for m, n in recent if m == minute - 1),
+                    admitted_this_minute=sum(n for m, n in recent if m == minute),
+                )
+            )
+        return out
+
     async def count_runs(self, workflow: str | None = None) -> dict[str, int]:
         """How many runs (of ``workflow``, when given) are in each status; a status with
         no run is absent."""
@@ -339,8 +442,17 @@ def _outcome(run: RunRecord) -> Any:
         raise WorkflowRunFailedError(
             f"run {run.run_id!r} ended {run.status}: {message}", run_id=run.run_id, error=run.error
         )
+    if run.status == "cancelled" and error.get("type") == "WorkflowDeadlineExceededError":
+        raise WorkflowDeadlineExceededError(
+            f"run {run.run_id!r} was cancelled: {message}", run_id=run.run_id, error=run.error
+        )
     if run.status == "cancelled":
         raise WorkflowRunCancelledError(
             f"run {run.run_id!r} was cancelled: {message}", run_id=run.run_id, error=run.error
         )
     return run.output
+
+
+def _rate_text(limits: QueueLimits) -> str | None:
+    rate = limits.rate
+    return None if rate is None else f"{rate.count}/{rate.per:g}s"

@@ -73,3 +73,20 @@ class StoreUnavailableError(EngineError):
     is), and did not come back within the time the caller allowed. Stores raise it for
     transient failures they gave up retrying; the engine waits such outages out inside
     passes, workers and recovery, and raises it only from a client call."""
+
+
+class QueueNotDeclaredError(EngineError, ValueError):
+    """A run was started on a queue this engine did not declare with ``engine.queue``."""
+
+
+class DuplicateRunError(EngineError):
+    """A run that has not ended holds the same ``dedup_id`` on the same queue; ``.run_id``
+    names it. Nothing was recorded."""
+
+    def __init__(self, message: str, *, run_id: str):
+        super().__init__(message)
+        self.run_id = run_id
+
+
+class WorkflowDeadlineExceededError(WorkflowRunCancelledError):
+    """The run passed its ``deadline`` and was cancelled, with its unfinished children."""

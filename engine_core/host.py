@@ -14,12 +14,16 @@ from collections.abc import Callable, Coroutine, Sequence
 from datetime import datetime
 from typing import Any
 
+from engine_core.admission import Admission
 from engine_core.control import RunControl
 from engine_core.driver import Driver
 from engine_core.mirror import RunMirror
 from engine_core.outages import Outages
+from engine_core.queue_slots import QueueSlots
+from engine_core.queues import QueueLimits
 from engine_core.records import RunRecord
 from engine_core.recovery import WorkflowRecovery
+from engine_core.run_timers import RunTimers
 from engine_core.runtime import EngineConfig, JobSlot, StepFn, WorkflowFn
 from engine_core.store import Store
 from engine_core.timers import Timers
@@ -40,6 +44,9 @@ class Host:
         self._instance_id = uuid.uuid4().hex
         self.workflows: dict[str, WorkflowFn] = {}
         self.step_functions: dict[str, StepFn] = {}
+        self.queues: dict[str, QueueLimits] = {}
+        self._queue_slots = QueueSlots(self.queues)
+        self.admission: Admission | None = None
         self._slots = asyncio.Semaphore(config.concurrency)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._timers = Timers()
@@ -50,6 +57,7 @@ class Host:
         self.driver = Driver(store, self, self.control)
         self.worker: Worker | None = None
         self.recovery: WorkflowRecovery | None = None
+        self.run_timers = RunTimers(store, self, self.control, self.joined_line)
 
     # ---- lifecycle ---------------------------------------------------------------
 
@@ -59,8 +67,11 @@ class Host:
         self._serving = True
         self.worker = Worker(self.store, self, self.control)
         self.recovery = WorkflowRecovery(self.store, self, self.control)
+        self.admission = Admission(self.store, self, self.queues)
         self.worker.start()
         self.recovery.start()
+        self.admission.start()
+        self.run_timers.start()
 
     async def shut_down(self) -> None:
         """Stop serving, gracefully: claim and start nothing new, let the steps running
@@ -72,6 +83,10 @@ class Host:
         grace = self._config.shutdown_grace
         if self.recovery is not None:
             await self.recovery.stop()
+        if self.admission is not None:
+            await self.admission.stop()
+            self.admission = None
+        await self.run_timers.stop()
         self._timers.cancel_all()
         try:
             if self.worker is not None:
@@ -166,6 +181,23 @@ class Host:
 
     def run_settled(self, run: RunRecord) -> None:
         self.waiters.settled(run)
+        if run.queue is not None:
+            self.joined_line(run.queue)  # a slot may have freed
+
+    def take_queue_slot(self, run: RunRecord) -> bool:
+        return self._queue_slots.take(run)
+
+    def give_queue_slot(self, run: RunRecord) -> None:
+        deferred = self._queue_slots.give(run)
+        if deferred is not None:
+            self.kick(deferred)
+
+    # ---- flow control ------------------------------------------------------------
+
+    def joined_line(self, queue: str) -> None:
+        """A run of ``queue`` joined its line or ended: its admitter here looks again."""
+        if self.admission is not None:
+            self.admission.poke(queue)
 
     def spawn(self, coro: Coroutine[Any, Any, Any], what: str) -> None:
         task = asyncio.ensure_future(coro)

@@ -13,6 +13,7 @@ from dataclasses import fields, replace
 from datetime import datetime, timedelta
 from typing import Any, TypeVar, cast
 
+from engine_core.errors import DuplicateRunError
 from engine_core.records import (
     ACTIVE,
     TERMINAL,
@@ -20,6 +21,8 @@ from engine_core.records import (
     EventRecord,
     InflightStep,
     Lease,
+    LinePage,
+    QueueState,
     RunRecord,
     RunState,
     StepGuard,
@@ -35,7 +38,7 @@ _STEP_FIELDS = frozenset(f.name for f in fields(StepRecord))
 #: Leaves shared as they are: nothing can change them.
 _IMMUTABLE: frozenset[type] = frozenset({str, int, float, bool, type(None), datetime})
 _RECORDS: frozenset[type] = frozenset(
-    {RunRecord, StepRecord, AttemptEntry, InflightStep, EventRecord, Lease}
+    {RunRecord, StepRecord, AttemptEntry, InflightStep, EventRecord, Lease, QueueState}
 )
 
 
@@ -88,6 +91,9 @@ class InMemoryStore:
         # The scheduled steps in scan order, kept until a step changes: a sweep that
         # pages through N parked steps sorts them once, not once a page.
         self._scheduled: list[tuple[datetime, str, str]] | None = None
+        self._queues: dict[str, QueueState] = {}
+        # (queue or "", dedup_id) -> the run that took it; free once that run is terminal.
+        self._dedup: dict[tuple[str, str], str] = {}
 
     async def init(self) -> None:
         return None
@@ -101,6 +107,17 @@ class InMemoryStore:
         existing = self._runs.get(run.run_id)
         if existing is not None:
             return _clone(existing)
+        if run.dedup_id is not None:
+            pair = (run.queue or "", run.dedup_id)
+            holder = self._runs.get(self._dedup.get(pair, ""))
+            if holder is not None and holder.status not in TERMINAL:
+                raise DuplicateRunError(
+                    f"run {holder.run_id!r} holds dedup id {run.dedup_id!r}"
+                    + (f" on queue {run.queue!r}" if run.queue else "")
+                    + " and has not ended",
+                    run_id=holder.run_id,
+                )
+            self._dedup[pair] = run.run_id
         self._runs[run.run_id] = _clone(run)
         return None
 
@@ -348,6 +365,87 @@ class InMemoryStore:
         self._events = [e for e in self._events if e.run_id not in gone]
         return len(doomed)
 
+    # ---- flow control: queues, delays, deadlines ---------------------------------
+
+    async def get_queue_state(self, name: str) -> QueueState | None:
+        state = self._queues.get(name)
+        return _clone(state) if state is not None else None
+
+    async def save_queue_state(self, state: QueueState, *, expect_version: int) -> bool:
+        stored = self._queues.get(state.name)
+        if (stored.version if stored is not None else 0) != expect_version:
+            return False
+        self._queues[state.name] = _clone(state)
+        return True
+
+    async def queued_runs(
+        self, queue: str, *, limit: int, after: LinePage | None = None
+    ) -> list[RunRecord]:
+        start = (after.priority, after.created_at, after.run_id) if after is not None else None
+        line = sorted(
+            (r for r in self._runs.values() if _in_line(r, queue)),
+            key=lambda r: (r.priority, r.created_at, r.run_id),
+        )
+        if start is not None:
+            line = [r for r in line if (r.priority, r.created_at, r.run_id) > start]
+        return [_clone(r) for r in line[:limit]]
+
+    async def admit_runs(self, run_ids: Sequence[str]) -> int:
+        moved = 0
+        for run_id in dict.fromkeys(run_ids):
+            run = self._runs.get(run_id)
+            if run is not None and run.status == "queued" and run.not_before is None:
+                self._admit(run)
+                moved += 1
+        return moved
+
+    @staticmethod
+    def _admit(run: RunRecord) -> None:
+        run.status = "running"
+        run.pending_pass = True
+        run.updated_at = utcnow()
+
+    async def find_delayed_runs(self, before: datetime, limit: int) -> list[RunRecord]:
+        found = sorted(
+            (
+                r
+                for r in self._runs.values()
+                if r.status == "queued" and r.not_before is not None and r.not_before < before
+            ),
+            key=lambda r: (r.not_before or before, r.run_id),
+        )
+        return [_clone(r) for r in found[:limit]]
+
+    async def release_delayed_runs(self, run_ids: Sequence[str]) -> list[RunRecord]:
+        released = []
+        for run_id in dict.fromkeys(run_ids):
+            run = self._runs.get(run_id)
+            if run is None or run.status != "queued" or run.not_before is None:
+                continue
+            run.not_before = None
+            if run.queue is None:
+                self._admit(run)
+            released.append(_clone(run))
+        return released
+
+    async def find_deadlines(self, before: datetime, limit: int) -> list[RunRecord]:
+        found = sorted(
+            (
+                r
+                for r in self._runs.values()
+                if r.status not in TERMINAL and r.deadline_at is not None and r.deadline_at < before
+            ),
+            key=lambda r: (r.deadline_at or before, r.run_id),
+        )
+        return [_clone(r) for r in found[:limit]]
+
+    async def count_queue(self, queue: str) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for run in self._runs.values():
+            if run.queue == queue and run.status not in TERMINAL:
+                counts[run.status] = counts.get(run.status, 0) + 1
+        return counts
+
     # ---- steps ------------------------------------------------------------------
 
     async def load_steps(self, run_id: str) -> list[StepRecord]:
@@ -580,3 +678,7 @@ def _matches(step: StepRecord, guard: StepGuard) -> bool:
     if guard.attempts is not None and step.attempts != guard.attempts:
         return False
     return guard.claim_holder is None or step.claim_holder == guard.claim_holder
+
+
+def _in_line(run: RunRecord, queue: str) -> bool:
+    return run.status == "queued" and run.queue == queue and run.not_before is None

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 RunState = Literal[
+    "queued",
     "running",
     "suspended",
     "completed",
@@ -27,8 +28,8 @@ TERMINAL: frozenset[str] = frozenset(
 )
 #: The endings ``engine.result`` reports as :class:`~engine_core.WorkflowRunFailedError`.
 FAILED_ENDINGS: frozenset[str] = frozenset({"failed", "compensated", "compensation_failed"})
-#: Run states a cancel or a suspend may act on.
-STOPPABLE: tuple[RunState, ...] = ("running", "suspended")
+#: Run states a cancel may act on (a suspend acts on ``running`` only).
+STOPPABLE: tuple[RunState, ...] = ("queued", "running", "suspended")
 
 
 def utcnow() -> datetime:
@@ -80,6 +81,38 @@ class RunRecord:
     # How this run's step keys and child run ids are made (see ``engine_core.keys``):
     # runs stored before names were escaped keep replaying with the old scheme.
     key_scheme: int = 1
+    # Flow control (``engine.start(queue=..., ...)``). A ``queued`` run waits for
+    # ``not_before`` (a delay), then in its queue's line for admission.
+    queue: str | None = None
+    queue_key: str | None = None
+    priority: int = 0
+    dedup_id: str | None = None
+    not_before: datetime | None = None
+    deadline_at: datetime | None = None
+
+
+@dataclass
+class QueueState:
+    """What a queue's admissions need to know across the fleet, in one record that
+    admitters replace by compare-and-set on ``version``."""
+
+    name: str
+    version: int = 0
+    #: Runs admitted and not yet seen ended: each holds a slot, with its key.
+    holders: dict[str, str | None] = field(default_factory=dict)
+    #: Admission times within the rate window, oldest first (for ``rate``).
+    recent: list[datetime] = field(default_factory=list)
+    #: Admissions counted per minute (Unix minute, count), the last two minutes.
+    minutes: list[tuple[int, int]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class LinePage:
+    """Where the next page of a queue's line starts: the last run read."""
+
+    priority: int
+    created_at: datetime
+    run_id: str
 
 
 @dataclass

@@ -120,7 +120,15 @@ class Runtime(Protocol):
         """Wake the worker when a queue job falls due at ``due_at`` (while serving)."""
 
     def run_settled(self, run: RunRecord) -> None:
-        """``run`` reached a terminal status in this process: wake its waiters."""
+        """``run`` reached a terminal status in this process: wake its waiters (and its
+        queue's admitter: a slot may have freed)."""
+
+    def take_queue_slot(self, run: RunRecord) -> bool:
+        """Count a drive of ``run`` against its queue's ``worker_concurrency`` here;
+        False when none is free (the run is kicked again when one frees)."""
+
+    def give_queue_slot(self, run: RunRecord) -> None:
+        """A drive counted by :meth:`take_queue_slot` ended."""
 
     def spawn(self, coro: Coroutine[Any, Any, Any], what: str) -> None:
         """Run ``coro`` in the background, logging a failure as ``what``."""

@@ -41,6 +41,23 @@ class RunStatus:
 
 
 @dataclass(frozen=True)
+class QueueStatus:
+    """A declared queue: its limits and what it holds now."""
+
+    name: str
+    concurrency: int | None
+    worker_concurrency: int | None
+    key_concurrency: int | None
+    rate: str | None
+    #: Runs waiting for admission (including delayed ones).
+    queued: int
+    #: Runs admitted and not ended (each holds a slot).
+    active: int
+    admitted_last_minute: int
+    admitted_this_minute: int
+
+
+@dataclass(frozen=True)
 class TimelineEntry:
     """One transition of one step attempt."""
 

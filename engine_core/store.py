@@ -17,6 +17,8 @@ from engine_core.records import (
     AttemptEntry,
     EventRecord,
     Lease,
+    LinePage,
+    QueueState,
     RunRecord,
     RunState,
     StepGuard,
@@ -45,6 +47,12 @@ class Store(Protocol):
         Of any number of concurrent inserts of one id exactly one inserts. A run inserted
         with a lease (``lease_holder``, ``lease_expires_at``, a token and an open pass)
         is inserted holding it: its first pass needs no :meth:`begin_pass`.
+
+        A run with a ``dedup_id`` is inserted only if no run that is not terminal holds
+        the same (``queue``, ``dedup_id``); otherwise nothing is written and
+        :class:`~engine_core.DuplicateRunError` names the run holding it (of concurrent
+        inserts holding one pair, exactly one lands). The pair is free again once its
+        run reaches a terminal status (every write that moves a run to one frees it).
         """
 
     async def get_run(self, run_id: str) -> RunRecord | None:
@@ -200,6 +208,45 @@ class Store(Protocol):
     async def delete_runs(self, *, finished_before: datetime, limit: int) -> int:
         """Delete up to ``limit`` terminal runs last updated before ``finished_before``,
         with their steps and events. Returns how many runs were deleted."""
+
+    # ---- flow control: queues, delays, deadlines ---------------------------------
+
+    async def get_queue_state(self, name: str) -> QueueState | None:
+        """The queue's admission state, or None when nothing was admitted through it."""
+
+    async def save_queue_state(self, state: QueueState, *, expect_version: int) -> bool:
+        """Replace the queue's state with ``state`` (whose ``version`` is
+        ``expect_version + 1``) if its stored version is still ``expect_version`` (0:
+        none stored). Of racing savers with one expected version exactly one lands."""
+
+    async def queued_runs(
+        self, queue: str, *, limit: int, after: LinePage | None = None
+    ) -> list[RunRecord]:
+        """Up to ``limit`` runs waiting in the queue's line (``queued``, on ``queue``,
+        ``not_before`` cleared), in admission order: ``priority``, then ``created_at``,
+        then run id, starting strictly after ``after``. Costs O(limit) whatever the
+        line's length."""
+
+    async def admit_runs(self, run_ids: Sequence[str]) -> int:
+        """Move each of these runs that is still ``queued`` with no ``not_before`` to
+        ``running``, owed a pass, out of its line. Returns how many moved."""
+
+    async def find_delayed_runs(self, before: datetime, limit: int) -> list[RunRecord]:
+        """Up to ``limit`` ``queued`` runs whose ``not_before`` is earlier than
+        ``before``, earliest first."""
+
+    async def release_delayed_runs(self, run_ids: Sequence[str]) -> list[RunRecord]:
+        """Clear ``not_before`` of each of these runs that is ``queued`` with one: a run
+        on a queue joins its line, a run without one moves to ``running``, owed a pass.
+        Returns the runs released, as they are after the write (a run released by a
+        concurrent call may be in both answers)."""
+
+    async def find_deadlines(self, before: datetime, limit: int) -> list[RunRecord]:
+        """Up to ``limit`` runs that are not terminal whose ``deadline_at`` is earlier
+        than ``before``, earliest first."""
+
+    async def count_queue(self, queue: str) -> dict[str, int]:
+        """How many runs of the queue are in each status that is not terminal."""
 
     # ---- steps ------------------------------------------------------------------
 

@@ -35,6 +35,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 from engine_core.records import (
+    TERMINAL,
     AttemptEntry,
     EventRecord,
     InflightStep,
@@ -172,7 +173,75 @@ def run_to_doc(run: RunRecord) -> Doc:
         "journal": {inflight_field(k): step_to_text(s) for k, s in run.journal.items()},
         "changed": {inflight_field(k): pack(k) for k in run.changed},
         "keys": run.key_scheme,
+        **flow_fields(run),
     }
+
+
+#: Priorities are stored offset so that every one is a non-negative fixed-width number.
+_PRIORITY_OFFSET = 10**15
+
+
+def line_key(queue: str, priority: int, created_at: datetime, run_id: str) -> str:
+    """A run's place in its queue's line, as one string whose order is admission order
+    (priority, then start time, then run id): one single-field index serves the head
+    of any queue (nx-27017 plans with single-field indexes only)."""
+    return (
+        f"{pack(queue)}{_ID_SEPARATOR}{priority + _PRIORITY_OFFSET:016d}"
+        f"{to_us(created_at):020d}{pack(run_id)}"
+    )
+
+
+def line_bounds(queue: str) -> tuple[str, str]:
+    """The range of :func:`line_key` values of one queue. A packed name holds the
+    character 1 only before a 1 or a 2, so the name of another queue that extends this
+    one packs either below the separator (characters 1, 3) or from character 2 up, past
+    the range's end. (No NUL: nx-27017 keeps strings in SQLite.)"""
+    return f"{pack(queue)}{_ID_SEPARATOR}", f"{pack(queue)}\x01\x04"
+
+
+def dedup_key(queue: str | None, dedup_id: str) -> str:
+    return f"{pack(queue or '')}{_ID_SEPARATOR}{pack(dedup_id)}"
+
+
+def flow_fields(run: RunRecord) -> Doc:
+    """A run's flow-control fields. The indexed ones exist only while they mean
+    something (sparse indexes skip absent fields, not nulls): ``dedup``, ``qlive`` and
+    ``deadline_due`` until the run is terminal, ``not_before_us`` while it waits out a
+    delay, ``line`` while it waits in its queue's line."""
+    doc: Doc = {"priority": int(run.priority)}
+    for name, value in (
+        ("queue", run.queue),
+        ("qkey", run.queue_key),
+        ("dedup_id", run.dedup_id),
+    ):
+        if value is not None:
+            doc[name] = pack(check_str(value, name))
+    if run.deadline_at is not None:
+        doc["deadline"] = to_us(run.deadline_at)
+    if run.status in TERMINAL:
+        return doc
+    if run.dedup_id is not None:
+        doc["dedup"] = dedup_key(run.queue, run.dedup_id)
+    if run.queue is not None:
+        doc["qlive"] = pack(run.queue)
+    if run.deadline_at is not None:
+        doc["deadline_due"] = to_us(run.deadline_at)
+    if run.status == "queued":
+        if run.not_before is not None:
+            doc["not_before_us"] = to_us(run.not_before)
+        elif run.queue is not None:
+            doc["line"] = line_key(run.queue, run.priority, run.created_at, run.run_id)
+    return doc
+
+
+#: What a write that ends a run removes (see :func:`flow_fields`).
+ENDED_UNSET: Doc = {
+    "dedup": "",
+    "qlive": "",
+    "deadline_due": "",
+    "not_before_us": "",
+    "line": "",
+}
 
 
 def run_from_doc(doc: Doc) -> RunRecord:
@@ -205,6 +274,12 @@ def run_from_doc(doc: Doc) -> RunRecord:
         journal=_journal_of(run_id, doc.get("journal")),
         changed=sorted(unpack(k) for k in cast(Doc, doc.get("changed") or {}).values()),
         key_scheme=int(doc.get("keys", 1)),
+        queue=unpack_opt(doc.get("queue")),
+        queue_key=unpack_opt(doc.get("qkey")),
+        priority=int(doc.get("priority", 0)),
+        dedup_id=unpack_opt(doc.get("dedup_id")),
+        not_before=opt_from_us(doc.get("not_before_us")),
+        deadline_at=opt_from_us(doc.get("deadline")),
     )
 
 

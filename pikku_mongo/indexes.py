@@ -36,6 +36,17 @@ RUN_INDEXES = [
     # list_runs of one workflow. (Not (workflow, _id): on nx-27017 a compound index
     # naming _id makes every later insert fail with "JSON path error near '_id'".)
     IndexModel([("workflow", ASCENDING)]),
+    # Flow control: each field exists only while it means something (see
+    # ``documents.flow_fields``), so sparse indexes hold the live runs only.
+    # At most one live run per (queue, dedup_id).
+    IndexModel([("dedup", ASCENDING)], unique=True, sparse=True),
+    # queued_runs: the head of a queue's line.
+    IndexModel([("line", ASCENDING)], sparse=True),
+    # find_delayed_runs, find_deadlines: what is due, in time order.
+    IndexModel([("not_before_us", ASCENDING)], sparse=True),
+    IndexModel([("deadline_due", ASCENDING)], sparse=True),
+    # count_queue: the live runs of one queue.
+    IndexModel([("qlive", ASCENDING)], sparse=True),
 ]
 
 STEP_INDEXES = [

@@ -15,6 +15,7 @@ from typing import Any, cast
 from pymongo import DeleteMany, ReturnDocument
 from pymongo.asynchronous.collection import AsyncCollection
 
+from engine_core.errors import DuplicateRunError
 from engine_core.records import ACTIVE, TERMINAL, RunRecord, RunState, StepRecord, utcnow
 from pikku_mongo.batcher import Batcher, Doc
 from pikku_mongo.checks import (
@@ -27,6 +28,7 @@ from pikku_mongo.checks import (
     check_strs,
 )
 from pikku_mongo.documents import (
+    ENDED_UNSET,
     dump_value,
     inflight_entry,
     inflight_field,
@@ -96,7 +98,16 @@ class RunOps:
             existing = await self.runs.find_one({"_id": doc["_id"]})
             if existing is not None:
                 return None if existing.get("ins") == nonce else run_from_doc(existing)
-            # Deleted between the two commands: try to insert again.
+            if "dedup" in doc:
+                holder = await self.runs.find_one({"dedup": eq(doc["dedup"])}, {"_id": 1})
+                if holder is not None:
+                    raise DuplicateRunError(
+                        f"run {unpack(holder['_id'])!r} holds dedup id {run.dedup_id!r}"
+                        + (f" on queue {run.queue!r}" if run.queue else "")
+                        + " and has not ended",
+                        run_id=unpack(holder["_id"]),
+                    )
+            # Deleted (or its dedup id freed) between the commands: insert again.
 
     @transient_retry
     async def get_run(self, run_id: str) -> RunRecord | None:
@@ -271,11 +282,13 @@ class RunOps:
         to_set: Doc = {"inflight": {}, "open_pass": False, "updated_at": to_us(utcnow())}
         if not check_bool(keep_lease, "keep_lease"):
             to_set["lease_us"] = 0
+        to_unset: Doc = {}
         if status is not None:
             to_set["status"] = check_str(status, "run status")
             to_set["output"] = dump_value(output)
             to_set["error"] = dump_value(error)
-        to_unset: Doc = {}
+            if status in TERMINAL:
+                to_unset.update(ENDED_UNSET)
         _journal_changes(to_set, to_unset, outcomes, forget)
         query: Doc = {
             "_id": _id(run_id),
@@ -329,6 +342,10 @@ class RunOps:
         if request_pass:
             to_set["pending_pass"] = True
         to_unset: Doc = {}
+        if status in TERMINAL:
+            to_unset.update(ENDED_UNSET)
+        elif status != "queued":
+            to_unset.update(line="", not_before_us="")
         _journal_changes(to_set, to_unset, (), forget)
         query = {"_id": _id(run_id), "status": {"$in": check_strs(expect, "expected run status")}}
         update = _update(to_set, to_unset)

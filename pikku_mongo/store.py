@@ -13,6 +13,8 @@ Collections (``prefix`` + name):
   recovery lease); queries judge ``expires_us``; the BSON date ``expires_at`` only feeds
   a TTL index that removes the document a day after the lease ended (see ``indexes``).
 * ``meta``: the storage format version (see :mod:`pikku_mongo.migrations`).
+* ``queues``: ``_id`` = queue name; each queue's admission state, replaced by
+  compare-and-set on its version. See :mod:`pikku_mongo.queue_ops`.
 
 Every guard of the protocol is one filter of one single-document write, so it is
 atomic on the server; expiry is always judged by the filter against the client's clock,
@@ -88,6 +90,7 @@ from pikku_mongo.errors import LeaseTooShortError, MissingDatabaseError
 from pikku_mongo.filters import eq
 from pikku_mongo.indexes import create_indexes
 from pikku_mongo.migrations import migrate
+from pikku_mongo.queue_ops import QueueOps
 from pikku_mongo.retry import transient_retry
 from pikku_mongo.run_ops import RunOps
 from pikku_mongo.server import ClockOffset, measure_clock_offset
@@ -110,7 +113,7 @@ _AFTER = ReturnDocument.AFTER
 _BY_ID = [("_id", 1)]
 
 
-class MongoStore(RunOps, StepOps):
+class MongoStore(RunOps, StepOps, QueueOps):
     """The engine's store on a MongoDB database (see the module docstring)."""
 
     def __init__(
@@ -148,6 +151,7 @@ class MongoStore(RunOps, StepOps):
         self.events = self._collection("events")
         self.leases = self._collection("leases")
         self.meta = self._collection("meta")
+        self.queues = self._collection("queues")
         # Group commit, one queue per collection written on the hot path. A document a
         # guarded upsert created has none of the fields every real document has.
         self.run_writes = Batcher(self.runs, {"workflow": {"$exists": False}})

@@ -17,8 +17,8 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS: list[set[str]] = [
     {"errors", "records", "tasks", "tracing"},
     {"durations", "values", "store", "mirror", "journal", "timers", "outages"},
-    {"keys"},
-    {"status", "waiters", "memory", "runtime", "context", "transitions", "leases"},
+    {"keys", "queues"},
+    {"status", "waiters", "memory", "runtime", "context", "transitions", "leases", "queue_slots"},
     {"testing.builders"},
     {"attempt", "control", "testing.run_cases", "testing.step_cases", "testing.event_lease_cases"},
     {"testing.conformance"},
@@ -26,7 +26,7 @@ LAYERS: list[set[str]] = [
     {"pass_state"},
     {"inline", "waits"},
     {"run_pass"},
-    {"driver", "worker", "recovery"},
+    {"driver", "worker", "recovery", "admission", "run_timers"},
     {"host"},
     {"engine"},
     {"__init__"},
@@ -108,6 +108,7 @@ def test_engine_core_knows_nothing_of_mongodb() -> None:
 
 def test_the_public_surface_of_engine_core() -> None:
     assert sorted(engine_core.__all__) == [
+        "DuplicateRunError",
         "Engine",
         "EngineError",
         "InvalidDurationError",
@@ -115,6 +116,8 @@ def test_the_public_surface_of_engine_core() -> None:
         "InvalidNameError",
         "InvalidRunIdError",
         "NotSerializableError",
+        "QueueNotDeclaredError",
+        "QueueStatus",
         "RecoveryReport",
         "RunMirror",
         "RunNotFoundError",
@@ -127,6 +130,7 @@ def test_the_public_surface_of_engine_core() -> None:
         "TimelineEntry",
         "TraceIdFilter",
         "WorkflowContext",
+        "WorkflowDeadlineExceededError",
         "WorkflowNotRegisteredError",
         "WorkflowRecovery",
         "WorkflowRunCancelledError",
@@ -164,4 +168,6 @@ def test_the_engine_exposes_no_mechanism_as_public_api() -> None:
         "count_runs",
         "list_workflows",
         "list_children",
+        "queue",
+        "list_queues",
     }

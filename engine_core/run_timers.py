@@ -1,0 +1,129 @@
+"""A run's own timers: its delayed start (``delay``) and its ``deadline``.
+
+Both are durable (``not_before`` and ``deadline_at`` on the run); this process arms
+in-memory timers for those due before its next sweep, and sweeps every
+``recovery_interval`` (and at startup) for what is due, wherever the run was started.
+Firing twice is harmless: a release is guarded by the run still waiting, and a cancel
+by the run not having ended.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from engine_core.control import RunControl
+from engine_core.records import TERMINAL, RunRecord, utcnow
+from engine_core.runtime import Runtime
+from engine_core.store import Store
+from engine_core.tasks import cancel_and_wait
+from engine_core.timers import Timers
+
+log = logging.getLogger("engine_core.run_timers")
+
+#: Runs one sweep query reads at most.
+SWEEP_BATCH = 1000
+
+
+def deadline_error(run: RunRecord) -> dict[str, Any]:
+    when = run.deadline_at.isoformat() if run.deadline_at is not None else "its deadline"
+    return {
+        "type": "WorkflowDeadlineExceededError",
+        "message": f"run {run.run_id!r} passed its deadline ({when}) and was cancelled",
+    }
+
+
+class RunTimers:
+    """Releases delayed runs when due and cancels runs past their deadline."""
+
+    def __init__(
+        self,
+        store: Store,
+        runtime: Runtime,
+        control: RunControl,
+        joined_line: Callable[[str], None],
+    ) -> None:
+        self.store = store
+        self.runtime = runtime
+        self.control = control
+        self._joined_line = joined_line
+        self._timers = Timers()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.ensure_future(self._loop())
+
+    async def stop(self) -> None:
+        self._timers.cancel_all()
+        await cancel_and_wait(self._task)
+        self._task = None
+
+    def arm(self, run: RunRecord) -> None:
+        """Arm this process's timers for the run's delay and deadline."""
+        if run.not_before is not None:
+            self._timers.at(
+                ("delay", run.run_id),
+                run.not_before,
+                lambda: self.runtime.spawn(self.release_due(), "release of delayed runs"),
+            )
+        if run.deadline_at is not None:
+            run_id = run.run_id
+            self._timers.at(
+                ("deadline", run_id),
+                run.deadline_at,
+                lambda: self.runtime.spawn(self.expire(run_id), f"deadline of run {run_id}"),
+            )
+
+    async def _loop(self) -> None:
+        while True:
+            try:
+                await self.runtime.outages.call(self.sweep)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("sweeping delayed runs and deadlines failed; trying again")
+            await asyncio.sleep(self.runtime.config.recovery_interval)
+
+    async def sweep(self) -> None:
+        """Release what is due, cancel what is past its deadline, and arm timers for
+        what falls due before the next sweep."""
+        await self.release_due()
+        now = utcnow()
+        horizon = now + timedelta(seconds=self.runtime.config.recovery_interval)
+        for run in await self.store.find_deadlines(horizon, SWEEP_BATCH):
+            if run.deadline_at is not None and run.deadline_at <= now:
+                await self.expire(run.run_id)
+            else:
+                self.arm(run)
+        for run in await self.store.find_delayed_runs(horizon, SWEEP_BATCH):
+            self.arm(run)
+
+    async def release_due(self) -> int:
+        """Release every delayed run whose time has come; how many were released."""
+        released = 0
+        while True:
+            due = await self.store.find_delayed_runs(utcnow(), SWEEP_BATCH)
+            if not due:
+                return released
+            runs = await self.store.release_delayed_runs([r.run_id for r in due])
+            for run in runs:
+                if run.queue is not None:
+                    self._joined_line(run.queue)
+                else:
+                    self.runtime.kick(run.run_id)
+            released += len(runs)
+            if len(due) < SWEEP_BATCH:
+                return released
+
+    async def expire(self, run_id: str) -> None:
+        """Cancel the run, with its children, if it is past its deadline and not ended."""
+        run = await self.store.get_run(run_id)
+        if run is None or run.status in TERMINAL or run.deadline_at is None:
+            return
+        if run.deadline_at > utcnow():
+            self.arm(run)  # fired early (a clock step): wait for the rest
+            return
+        await self.control.cancel(run_id, error=deadline_error(run))

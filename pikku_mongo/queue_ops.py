@@ -1,0 +1,206 @@
+"""``MongoStore``'s flow-control operations: queue state, the line, delays, deadlines.
+
+A queue's state is one document of the ``queues`` collection, replaced by
+compare-and-set on its ``version``. A run's place in its queue's line, its delay and
+its deadline are fields of the run document that exist only while they mean something
+(see :func:`pikku_mongo.documents.flow_fields`), each with a sparse single-field index,
+so every query here reads a range of one index: the head of a line of any length,
+the delays and deadlines due, in time order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, cast
+
+from pymongo import UpdateOne
+from pymongo.asynchronous.collection import AsyncCollection
+from pymongo.errors import DuplicateKeyError
+
+from engine_core.records import LinePage, QueueState, RunRecord, utcnow
+from pikku_mongo.checks import check_datetime, check_int, check_str
+from pikku_mongo.documents import (
+    Doc,
+    from_us,
+    line_bounds,
+    line_key,
+    pack,
+    run_from_doc,
+    to_us,
+    unpack,
+    unpack_opt,
+)
+from pikku_mongo.filters import eq
+from pikku_mongo.retry import transient_retry
+
+#: What reading a line needs of a run (not its input, output or journal).
+_LINE_FIELDS = {
+    "_id": 1,
+    "workflow": 1,
+    "status": 1,
+    "created_at": 1,
+    "updated_at": 1,
+    "queue": 1,
+    "qkey": 1,
+    "priority": 1,
+    "not_before_us": 1,
+    "deadline": 1,
+}
+
+
+def _queue_id(name: str) -> str:
+    return pack(check_str(name, "queue name"))
+
+
+def _state_to_doc(state: QueueState) -> Doc:
+    return {
+        "version": check_int(state.version, "queue version"),
+        "holders": [
+            [pack(check_str(run_id, "run id")), None if key is None else pack(key)]
+            for run_id, key in state.holders.items()
+        ],
+        "recent": [to_us(check_datetime(t, "admission time")) for t in state.recent],
+        "minutes": [[int(m), int(n)] for m, n in state.minutes],
+    }
+
+
+def _state_from_doc(name: str, doc: Doc) -> QueueState:
+    return QueueState(
+        name=name,
+        version=int(doc.get("version", 0)),
+        holders={unpack(r): unpack_opt(k) for r, k in cast(list[Any], doc.get("holders") or [])},
+        recent=[from_us(t) for t in cast(list[Any], doc.get("recent") or [])],
+        minutes=[(int(m), int(n)) for m, n in cast(list[Any], doc.get("minutes") or [])],
+    )
+
+
+class QueueOps:
+    """The flow-control methods of :class:`~pikku_mongo.MongoStore`."""
+
+    runs: AsyncCollection[Doc]
+    queues: AsyncCollection[Doc]
+
+    @transient_retry
+    async def get_queue_state(self, name: str) -> QueueState | None:
+        """1 find by ``_id``."""
+        doc = await self.queues.find_one({"_id": _queue_id(name)})
+        return _state_from_doc(name, doc) if doc is not None else None
+
+    @transient_retry
+    async def save_queue_state(self, state: QueueState, *, expect_version: int) -> bool:
+        """1 insert (the first state) or 1 update guarded by ``version``. Repeated after a
+        lost reply it finds the version moved on and says False: the caller reads again
+        and finds its own write (an admitter then moves the runs it reserved)."""
+        doc = _state_to_doc(state)
+        queue_id = _queue_id(state.name)
+        if check_int(expect_version, "expected version") == 0:
+            try:
+                await self.queues.insert_one({"_id": queue_id, **doc})
+            except DuplicateKeyError:
+                return False
+            return True
+        result = await self.queues.update_one(
+            {"_id": queue_id, "version": eq(expect_version)}, {"$set": doc}
+        )
+        return result.matched_count == 1
+
+    @transient_retry
+    async def queued_runs(
+        self, queue: str, *, limit: int, after: LinePage | None = None
+    ) -> list[RunRecord]:
+        """1 find over a range of the ``line`` index."""
+        if check_int(limit, "limit") <= 0:
+            return []
+        low, high = line_bounds(check_str(queue, "queue name"))
+        bounds: Doc = {"$gte": low, "$lt": high}
+        if after is not None:
+            bounds = {
+                "$gt": line_key(
+                    queue,
+                    check_int(after.priority, "priority"),
+                    check_datetime(after.created_at, "created_at"),
+                    check_str(after.run_id, "run id"),
+                ),
+                "$lt": high,
+            }
+        cursor = self.runs.find({"line": bounds}, _LINE_FIELDS).sort([("line", 1)]).limit(limit)
+        return [run_from_doc(doc) for doc in await cursor.to_list()]
+
+    @transient_retry
+    async def admit_runs(self, run_ids: Sequence[str]) -> int:
+        """1 update_many by ``_id``, guarded by the run still waiting in its line."""
+        ids = [pack(check_str(r, "run id")) for r in dict.fromkeys(run_ids)]
+        if not ids:
+            return 0
+        result = await self.runs.update_many(
+            {"_id": {"$in": ids}, "status": eq("queued"), "line": {"$exists": True}},
+            {
+                "$set": {"status": "running", "pending_pass": True, "updated_at": to_us(utcnow())},
+                "$unset": {"line": ""},
+            },
+        )
+        return result.modified_count
+
+    @transient_retry
+    async def find_delayed_runs(self, before: datetime, limit: int) -> list[RunRecord]:
+        """1 find over a range of the ``not_before_us`` index."""
+        if check_int(limit, "limit") <= 0:
+            return []
+        query = {"not_before_us": {"$lt": to_us(check_datetime(before, "before"))}}
+        cursor = self.runs.find(query, _LINE_FIELDS).sort([("not_before_us", 1)]).limit(limit)
+        return [run_from_doc(doc) for doc in await cursor.to_list()]
+
+    @transient_retry
+    async def release_delayed_runs(self, run_ids: Sequence[str]) -> list[RunRecord]:
+        """1 find by ``_id``, then 1 bulk of updates guarded by the run still waiting
+        out its delay. (A run another process released at the same moment may be in
+        both answers: releasing twice is harmless.)"""
+        ids = [pack(check_str(r, "run id")) for r in dict.fromkeys(run_ids)]
+        if not ids:
+            return []
+        docs = await self.runs.find(
+            {"_id": {"$in": ids}, "not_before_us": {"$exists": True}}, _LINE_FIELDS
+        ).to_list()
+        now = to_us(utcnow())
+        writes = []
+        released = []
+        for doc in docs:
+            run = run_from_doc(doc)
+            update: Doc
+            if run.queue is not None:
+                line = line_key(run.queue, run.priority, run.created_at, run.run_id)
+                update = {"$set": {"line": line}, "$unset": {"not_before_us": ""}}
+            else:
+                run.status = "running"
+                update = {
+                    "$set": {"status": "running", "pending_pass": True, "updated_at": now},
+                    "$unset": {"not_before_us": ""},
+                }
+            run.not_before = None
+            guard = {"_id": doc["_id"], "status": eq("queued"), "not_before_us": {"$exists": True}}
+            writes.append(UpdateOne(guard, update))
+            released.append(run)
+        if not writes:
+            return []
+        await self.runs.bulk_write(writes, ordered=False)
+        return released
+
+    @transient_retry
+    async def find_deadlines(self, before: datetime, limit: int) -> list[RunRecord]:
+        """1 find over a range of the ``deadline_due`` index."""
+        if check_int(limit, "limit") <= 0:
+            return []
+        query = {"deadline_due": {"$lt": to_us(check_datetime(before, "before"))}}
+        cursor = self.runs.find(query, _LINE_FIELDS).sort([("deadline_due", 1)]).limit(limit)
+        return [run_from_doc(doc) for doc in await cursor.to_list()]
+
+    @transient_retry
+    async def count_queue(self, queue: str) -> dict[str, int]:
+        """1 aggregate over the ``qlive`` index: the runs of the queue not yet ended."""
+        pipeline: list[Doc] = [
+            {"$match": {"qlive": eq(pack(check_str(queue, "queue name")))}},
+            {"$group": {"_id": "$status", "n": {"$sum": 1}}},
+        ]
+        cursor = await self.runs.aggregate(pipeline)
+        return {cast(str, doc["_id"]): int(doc["n"]) for doc in await cursor.to_list()}
