@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 from pymongo import InsertOne, UpdateOne
 from pymongo.asynchronous.collection import AsyncCollection
-from pymongo.errors import BulkWriteError, DuplicateKeyError, OperationFailure
+from pymongo.errors import BulkWriteError, DocumentTooLarge, DuplicateKeyError, OperationFailure
 
 from pikku_mongo.retry import is_transient, retrying, unavailable
 
@@ -167,6 +167,10 @@ class Batcher:
         try:
             result = await self.collection.bulk_write(requests, ordered=False)
             upserted = dict(result.upserted_ids or {})
+        except DocumentTooLarge:
+            # One write can go in no command at all (refused before anything was sent):
+            # send each alone, so that only that one fails.
+            return [await self._send_one(write) for write in batch]
         except BulkWriteError as exc:
             details = exc.details
             errors = {int(e["index"]): e for e in details.get("writeErrors", [])}
@@ -203,6 +207,8 @@ class Batcher:
             return result.matched_count == 1
         except DuplicateKeyError:
             return False
+        except DocumentTooLarge as exc:
+            return exc
         except OperationFailure as exc:
             if exc.code == _DUPLICATE_KEY:
                 return False

@@ -40,7 +40,7 @@ from pikku_mongo.documents import (
     unpack,
 )
 from pikku_mongo.filters import eq, id_prefix_range
-from pikku_mongo.retry import transient_retry
+from pikku_mongo.retry import surface_oversize, transient_retry
 
 _BY_ID = [("_id", 1)]
 #: Least recently updated first. Not tie-broken by ``_id``: that would defeat the
@@ -192,6 +192,7 @@ class RunOps:
             {"_id": _id(run_id), "token": check_int(token, "token")}, {"$set": {"lease_us": 0}}
         )
 
+    @surface_oversize
     async def start_step(
         self,
         run_id: str,
@@ -214,6 +215,7 @@ class RunOps:
         }
         return await self._pass_write(run_id, token, status, to_set, done, outcomes, forget, key)
 
+    @surface_oversize
     async def record_steps(
         self,
         run_id: str,
@@ -263,6 +265,7 @@ class RunOps:
 
         return await self.run_writes.guarded(query, _update(to_set, to_unset), landed)
 
+    @surface_oversize
     async def settle_run(
         self,
         run_id: str,

@@ -42,7 +42,7 @@ from pikku_mongo.filters import (
     step_id,
     step_update,
 )
-from pikku_mongo.retry import transient_retry
+from pikku_mongo.retry import surface_oversize, transient_retry
 
 _LEAST_RECENT = [("updated_at", 1)]
 #: What a recovery sweep judges a scheduled step by (decoding whole steps cost more than
@@ -82,6 +82,7 @@ class StepOps:
             step_from_doc(doc) for doc in await self.steps.find({"_id": {"$in": ids}}).to_list()
         ]
 
+    @surface_oversize
     async def save_steps(self, steps: Sequence[StepRecord]) -> None:
         """1 upsert per step, group-committed: guarded by attempts, so a step with more
         attempts stored than this record has is left as it is (its duplicate key is
@@ -96,10 +97,12 @@ class StepOps:
             writes.append(self.step_writes.upsert(guard, {"$set": doc}))
         await asyncio.gather(*writes)
 
+    @surface_oversize
     async def insert_step(self, step: StepRecord) -> bool:
         """1 insert, group-committed (the ``_id`` decides)."""
         return await self.step_writes.insert(step_to_doc(step))
 
+    @surface_oversize
     async def update_step(
         self,
         run_id: str,

@@ -48,7 +48,8 @@ class Clocks:
 def clocks(monkeypatch: pytest.MonkeyPatch) -> Clocks:
     made = Clocks()
     made.begin()
-    monkeypatch.setattr("pikku_mongo.store.utcnow", made.now)
+    for module in ("store", "step_ops", "run_ops", "queue_ops"):
+        monkeypatch.setattr(f"pikku_mongo.{module}.utcnow", made.now)
     return made
 
 
@@ -120,8 +121,8 @@ async def test_claims_lapse_a_skew_late_and_stop_extending_a_skew_early(
             function="fn", max_attempts=3, scheduled_at=now, updated_at=now,
         )
     )  # fmt: skip
-    claimed = await skewed.claim_step(["fn"], holder="w", claim_ttl=TTL)
-    assert claimed is not None and claimed.attempts == 1
+    [claimed] = await skewed.claim_steps(["fn"], holder="w", claim_ttl=TTL, limit=1)
+    assert claimed.attempts == 1
     clocks.at(TTL - SKEW - 0.01)
     assert await skewed.extend_claim("r", "s", holder="w", attempt=1, claim_ttl=TTL)
     stored_end = TTL - SKEW - 0.01 + TTL
@@ -137,7 +138,7 @@ async def test_a_ttl_the_bound_would_eat_is_refused(skewed: MongoStore) -> None:
     with pytest.raises(LeaseTooShortError, match="twice max_clock_skew"):
         await skewed.acquire_lease("k", "h", 1.5)
     with pytest.raises(LeaseTooShortError):
-        await skewed.claim_step(["fn"], holder="w", claim_ttl=1)
+        await skewed.claim_steps(["fn"], holder="w", claim_ttl=1, limit=1)
     assert await skewed.acquire_lease("k", "h", 2 * SKEW) is not None
     assert isinstance(LeaseTooShortError("x"), ValueError)
 

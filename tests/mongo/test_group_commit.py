@@ -41,7 +41,9 @@ async def server(request: pytest.FixtureRequest) -> str:
 async def listened(server: str) -> AsyncIterator[tuple[MongoStore, Commands]]:
     listener = Commands()
     store = MongoStore.from_uri(
-        with_database(server, f"gc_{uuid.uuid4().hex[:10]}"), event_listeners=[listener]
+        with_database(server, f"gc_{uuid.uuid4().hex[:10]}"),
+        event_listeners=[listener],
+        max_clock_skew=0,
     )
     await store.init()
     yield store, listener
