@@ -8,8 +8,10 @@ from engine_core.errors import (
     InvalidLimitError,
     InvalidNameError,
     InvalidRunIdError,
+    InvalidScheduleError,
     NotSerializableError,
     RunNotFoundError,
+    ScheduleNotFoundError,
     StepFailedError,
     StoreUnavailableError,
     WorkflowNotRegisteredError,
@@ -18,6 +20,7 @@ from engine_core.errors import (
 )
 from engine_core.mirror import RunMirror
 from engine_core.recovery import RecoveryReport, WorkflowRecovery
+from engine_core.schedule_times import Schedule
 from engine_core.status import RunStatus, StepStatus, TimelineEntry
 from engine_core.store import Store
 from engine_core.tracing import TraceIdFilter
@@ -29,11 +32,14 @@ __all__ = [
     "InvalidLimitError",
     "InvalidNameError",
     "InvalidRunIdError",
+    "InvalidScheduleError",
     "NotSerializableError",
     "RecoveryReport",
     "RunMirror",
     "RunNotFoundError",
     "RunStatus",
+    "Schedule",
+    "ScheduleNotFoundError",
     "StepFailedError",
     "StepInfo",
     "StepStatus",

@@ -73,3 +73,12 @@ class StoreUnavailableError(EngineError):
     is), and did not come back within the time the caller allowed. Stores raise it for
     transient failures they gave up retrying; the engine waits such outages out inside
     passes, workers and recovery, and raises it only from a client call."""
+
+
+class InvalidScheduleError(EngineError, ValueError):
+    """A schedule's timing is unusable: a bad cron expression, an unknown time zone,
+    neither or both of ``cron`` and ``every``, or a bad ``every`` duration."""
+
+
+class ScheduleNotFoundError(EngineError, LookupError):
+    """No schedule has this name."""

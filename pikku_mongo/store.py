@@ -12,6 +12,8 @@ Collections (``prefix`` + name):
 * ``leases``: ``{_id: key, holder, token, expires_us, expires_at}`` (the store-wide
   recovery lease); queries judge ``expires_us``; the BSON date ``expires_at`` only feeds
   a TTL index that removes the document a day after the lease ended (see ``indexes``).
+* ``schedules``: ``_id`` = schedule name; its timing, input and next fire. See
+  :mod:`pikku_mongo.schedule_ops`.
 * ``meta``: the storage format version (see :mod:`pikku_mongo.migrations`).
 
 Every guard of the protocol is one filter of one single-document write, so it is
@@ -90,6 +92,7 @@ from pikku_mongo.indexes import create_indexes
 from pikku_mongo.migrations import migrate
 from pikku_mongo.retry import transient_retry
 from pikku_mongo.run_ops import RunOps
+from pikku_mongo.schedule_ops import ScheduleOps
 from pikku_mongo.server import ClockOffset, measure_clock_offset
 from pikku_mongo.step_ops import StepOps
 from pikku_mongo.watch import job_inserts
@@ -110,7 +113,7 @@ _AFTER = ReturnDocument.AFTER
 _BY_ID = [("_id", 1)]
 
 
-class MongoStore(RunOps, StepOps):
+class MongoStore(RunOps, StepOps, ScheduleOps):
     """The engine's store on a MongoDB database (see the module docstring)."""
 
     def __init__(
@@ -148,6 +151,7 @@ class MongoStore(RunOps, StepOps):
         self.events = self._collection("events")
         self.leases = self._collection("leases")
         self.meta = self._collection("meta")
+        self.schedules = self._collection("schedules")
         # Group commit, one queue per collection written on the hot path. A document a
         # guarded upsert created has none of the fields every real document has.
         self.run_writes = Batcher(self.runs, {"workflow": {"$exists": False}})
