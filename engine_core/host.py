@@ -21,6 +21,7 @@ from engine_core.outages import Outages
 from engine_core.records import RunRecord
 from engine_core.recovery import WorkflowRecovery
 from engine_core.runtime import EngineConfig, JobSlot, StepFn, WorkflowFn
+from engine_core.scheduler import Scheduler, StartRun
 from engine_core.store import Store
 from engine_core.timers import Timers
 from engine_core.waiters import RunWaiters
@@ -50,6 +51,9 @@ class Host:
         self.driver = Driver(store, self, self.control)
         self.worker: Worker | None = None
         self.recovery: WorkflowRecovery | None = None
+        # How the scheduler starts a run (the Engine's ``start``, wired by the Engine).
+        self.start_run: StartRun | None = None
+        self.scheduler: Scheduler | None = None
 
     # ---- lifecycle ---------------------------------------------------------------
 
@@ -61,6 +65,11 @@ class Host:
         self.recovery = WorkflowRecovery(self.store, self, self.control)
         self.worker.start()
         self.recovery.start()
+        if self.start_run is not None:
+            self.scheduler = Scheduler(
+                self.store, self._outages, self.workflow_names, self.start_run
+            )
+            self.scheduler.start()
 
     async def shut_down(self) -> None:
         """Stop serving, gracefully: claim and start nothing new, let the steps running
@@ -72,6 +81,8 @@ class Host:
         grace = self._config.shutdown_grace
         if self.recovery is not None:
             await self.recovery.stop()
+        if self.scheduler is not None:
+            await self.scheduler.stop()
         self._timers.cancel_all()
         try:
             if self.worker is not None:
@@ -140,6 +151,11 @@ class Host:
 
     async def drive(self, run_id: str) -> bool:
         return await self.driver.drive(run_id)
+
+    def schedules_changed(self) -> None:
+        """A schedule was created or resumed here: the scheduler looks again at once."""
+        if self.scheduler is not None:
+            self.scheduler.wake()
 
     def work_arrived(self) -> None:
         if self.worker is not None:
