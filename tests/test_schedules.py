@@ -17,9 +17,11 @@ from engine_core import (
     NotSerializableError,
     Schedule,
     ScheduleNotFoundError,
+    StoreUnavailableError,
     WorkflowContext,
     WorkflowNotRegisteredError,
 )
+from engine_core.memory import InMemoryStore
 from engine_core.records import utcnow
 from engine_core.schedule_times import fire_run_id, make_spec, next_fire
 
@@ -191,3 +193,31 @@ async def test_only_processes_that_registered_the_workflow_fire_it(
         assert await _runs_of(other, "owned") == []
     async with owner:
         assert await _wait_for_runs(owner, "owned", 1)
+
+
+class FlakyStore:
+    """An in-memory store whose schedule reads fail (the store is away) ``outages``
+    times, then answer."""
+
+    def __init__(self, inner: InMemoryStore, outages: int) -> None:
+        self._inner = inner
+        self.outages = outages
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def list_schedules(self) -> Any:
+        if self.outages > 0:
+            self.outages -= 1
+            raise StoreUnavailableError("the store is away")
+        return await self._inner.list_schedules()
+
+
+async def test_the_scheduler_waits_out_a_store_outage() -> None:
+    flaky = FlakyStore(InMemoryStore(), outages=2)
+    engine = Engine(flaky, lease_ttl="5s")  # type: ignore[arg-type]
+    _register(engine)
+    await engine.create_schedule("steady", "report", every="1s")
+    async with engine:
+        runs = await _wait_for_runs(engine, "steady", 1, timeout=6)
+    assert flaky.outages == 0 and len(runs) >= 1
