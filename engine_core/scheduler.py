@@ -17,7 +17,9 @@ at or before now, so fires missed while no process ran collapse into one.
 The loop sleeps until the earliest ``next_fire_at`` it knows, re-reading the schedules
 at least every :data:`REREAD_S` seconds (and at once when this process creates or
 resumes one), so a fire starts its run within a few milliseconds of its time. A store
-outage is waited out like every other loop's (:mod:`engine_core.outages`).
+outage is waited out like every other loop's (:mod:`engine_core.outages`). A process
+judges "due" by its own clock: a host whose clock runs ahead starts a fire's run that
+much early (never twice).
 """
 
 from __future__ import annotations
