@@ -260,6 +260,29 @@ def _rows(r: Results) -> list[Row]:
             )
         )
 
+    # S1: a schedule's fire to its run.
+    fire_cells = []
+    for system in ("memory", "mongo"):
+        s1 = r.get("S1", system)
+        fire_cells.append(
+            "n/a"
+            if s1 is None
+            else f"{num(s1.extra.get('median_ms', 0))} ({num(s1.extra.get('max_ms', 0))})"
+        )
+    if any(cell != "n/a" for cell in fire_cells):
+        rows.append(
+            (
+                "S1: an every=1s schedule's fire time to its run recorded (10 fires)",
+                "ms, median (max)",
+                fire_cells[0],
+                fire_cells[1],
+                "—",
+                "—",
+                "—",
+                "—",
+            )
+        )
+
     # W6: recovery passes over parked runs.
     titles = {
         "due": "W6: one recovery pass over {n} runs whose sleeps fell due",

@@ -44,7 +44,7 @@ from benchmarks.common import (
 )
 from benchmarks.report import Results, full_markdown, save
 
-WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6")
+WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6", "S1")
 SYSTEMS = ("memory", "mongo", "dbos")
 DBOS_WORKLOADS = ("W1", "W2", "W3", "W4")
 
@@ -98,6 +98,8 @@ def plan_units(sizes: Sizes, workloads: list[str], systems: list[str]) -> int:
                 * len(ours.W6_MODES)
                 * (("memory" in systems) + ("mongo" in systems))
             )
+        elif w == "S1":
+            units += ("memory" in systems) + ("mongo" in systems)
     return units
 
 
@@ -309,6 +311,25 @@ class Suite:
         self.results.summaries.append(summarise("W6", kind, variant, reps, note))
         self.results.parking_s[f"{kind} {variant}"] = parking
 
+    async def s1(self) -> None:
+        """Schedule fire latency: one repetition of 10 fires per store (about 10 s each)."""
+        from benchmarks.schedule_latency import fire_latency
+
+        both: tuple[StoreKind, ...] = ("memory", "mongo")
+        for kind in both:
+            uri = self.uri if kind == "mongo" else None
+            if kind not in self.systems or (kind == "mongo" and uri is None):
+                continue
+            self.progress.stage(f"S1 {kind}")
+            try:
+                measured = await fire_latency(kind, uri, 10)
+            except Exception as exc:
+                self._failed(f"S1 {kind}", exc)
+                continue
+            finally:
+                self.progress.step()
+            self.results.summaries.append(summarise("S1", kind, "", [measured]))
+
     async def profile_w1(self) -> None:
         from benchmarks.profile_w1 import profile_w1, summary_markdown
 
@@ -345,6 +366,8 @@ class Suite:
                 await self.w5()
             elif workload == "W6":
                 await self.w6()
+            elif workload == "S1":
+                await self.s1()
         self.results.runtime_s = time.perf_counter() - began
         return self.results
 

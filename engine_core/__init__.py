@@ -9,9 +9,11 @@ from engine_core.errors import (
     InvalidLimitError,
     InvalidNameError,
     InvalidRunIdError,
+    InvalidScheduleError,
     NotSerializableError,
     QueueNotDeclaredError,
     RunNotFoundError,
+    ScheduleNotFoundError,
     StepFailedError,
     StoreUnavailableError,
     WorkflowDeadlineExceededError,
@@ -21,6 +23,7 @@ from engine_core.errors import (
 )
 from engine_core.mirror import RunMirror
 from engine_core.recovery import RecoveryReport, WorkflowRecovery
+from engine_core.schedule_times import Schedule
 from engine_core.status import QueueStatus, RunStatus, StepStatus, TimelineEntry
 from engine_core.store import Store
 from engine_core.tracing import TraceIdFilter
@@ -33,6 +36,7 @@ __all__ = [
     "InvalidLimitError",
     "InvalidNameError",
     "InvalidRunIdError",
+    "InvalidScheduleError",
     "NotSerializableError",
     "QueueNotDeclaredError",
     "QueueStatus",
@@ -40,6 +44,8 @@ __all__ = [
     "RunMirror",
     "RunNotFoundError",
     "RunStatus",
+    "Schedule",
+    "ScheduleNotFoundError",
     "StepFailedError",
     "StepInfo",
     "StepStatus",

@@ -19,7 +19,9 @@ from typing import Any, TypeVar
 from engine_core.durations import Duration, parse_duration
 from engine_core.errors import (
     InvalidLimitError,
+    InvalidNameError,
     InvalidRunIdError,
+    ScheduleNotFoundError,
     WorkflowDeadlineExceededError,
     WorkflowNotRegisteredError,
     WorkflowRunCancelledError,
@@ -29,9 +31,18 @@ from engine_core.host import Host
 from engine_core.keys import CURRENT_SCHEME
 from engine_core.mirror import RunMirror, mirror_run
 from engine_core.queues import QueueLimits, check_priority, declare, declared
-from engine_core.records import FAILED_ENDINGS, TERMINAL, EventRecord, RunRecord, utcnow
+from engine_core.records import (
+    FAILED_ENDINGS,
+    TERMINAL,
+    EventRecord,
+    RunRecord,
+    ScheduleRecord,
+    utcnow,
+)
 from engine_core.recovery import RecoveryReport, WorkflowRecovery
 from engine_core.runtime import EngineConfig
+from engine_core.schedule_times import RUN_ID_SUFFIX_LENGTH, Schedule, make_spec, next_fire
+from engine_core.scheduler import spec_of
 from engine_core.status import QueueStatus, RunStatus, TimelineEntry, fold_status, timeline
 from engine_core.store import Store
 from engine_core.tracing import new_run_traceparent
@@ -81,6 +92,7 @@ class Engine:
         )
         self._host = Host(store, self.config, mirror)
         self._control = self._host.control
+        self._host.start_run = self._start_scheduled
 
     @property
     def instance_id(self) -> str:
@@ -379,6 +391,96 @@ class Engine:
         """
         return await self._host.drive(check_run_id(run_id))
 
+    # ---- schedules ---------------------------------------------------------------
+
+    async def create_schedule(
+        self,
+        name: str,
+        workflow: str,
+        *,
+        cron: str | None = None,
+        every: Duration | None = None,
+        timezone: str = "UTC",
+        input: Any = None,
+    ) -> Schedule:
+        """Store a schedule that starts ``workflow`` with ``input`` at every fire: of
+        ``cron`` (read in ``timezone``) or ``every`` (whole seconds, at the multiples of
+        the interval since the Unix epoch). Replaces a schedule of the same name (the
+        new one is not paused). Each fire starts one run across the fleet, with run id
+        ``"{name}@{fire time, UTC, e.g. 2026-12-03T01:00:00Z}"``, in a serving process
+        that registered ``workflow``.
+
+        Raises :class:`WorkflowNotRegisteredError` for a workflow not registered on this
+        engine and :class:`InvalidScheduleError` for an unusable timing."""
+        check_name(name, "schedule name")
+        if len(name) + RUN_ID_SUFFIX_LENGTH > MAX_RUN_ID_LENGTH:
+            raise InvalidNameError(
+                f"a schedule name must be at most {MAX_RUN_ID_LENGTH - RUN_ID_SUFFIX_LENGTH} "
+                f"characters (its run ids add {RUN_ID_SUFFIX_LENGTH}), got {len(name)}"
+            )
+        check_name(workflow, "workflow name")
+        registered = self._host.workflows
+        if workflow not in registered:
+            raise WorkflowNotRegisteredError(
+                f"no workflow named {workflow!r} is registered on this engine "
+                f"(registered: {sorted(registered) or 'none'})"
+            )
+        spec = make_spec(cron, every, timezone)
+        stored = to_stored(input, f"input of schedule {name!r}")
+        now = utcnow()
+        existing = await self.store.get_schedule(name)
+        record = ScheduleRecord(
+            name=name,
+            workflow=workflow,
+            cron=spec.cron,
+            every=spec.every,
+            timezone=spec.timezone,
+            input=stored,
+            paused=False,
+            next_fire_at=next_fire(spec, now),
+            created_at=existing.created_at if existing is not None else now,
+            updated_at=now,
+        )
+        await self.store.put_schedule(record)
+        self._host.schedules_changed()
+        return _schedule(record)
+
+    async def pause_schedule(self, name: str) -> None:
+        """Stop the schedule firing until :meth:`resume_schedule`."""
+        check_name(name, "schedule name")
+        if await self.store.set_schedule_paused(name, True, updated_at=utcnow()) is None:
+            raise ScheduleNotFoundError(f"no schedule is named {name!r}")
+
+    async def resume_schedule(self, name: str) -> None:
+        """Let a paused schedule fire again, from its next fire after now (the fires
+        it missed while paused are not made up)."""
+        check_name(name, "schedule name")
+        found = await self.store.get_schedule(name)
+        if found is None:
+            raise ScheduleNotFoundError(f"no schedule is named {name!r}")
+        if not found.paused:
+            return
+        now = utcnow()
+        resumed = await self.store.set_schedule_paused(
+            name, False, next_fire_at=next_fire(spec_of(found), now), updated_at=now
+        )
+        if resumed is None:
+            raise ScheduleNotFoundError(f"no schedule is named {name!r}")
+        self._host.schedules_changed()
+
+    async def delete_schedule(self, name: str) -> None:
+        """Delete the schedule; the runs it started are not touched."""
+        check_name(name, "schedule name")
+        if not await self.store.delete_schedule(name):
+            raise ScheduleNotFoundError(f"no schedule is named {name!r}")
+
+    async def list_schedules(self) -> list[Schedule]:
+        """Every stored schedule, sorted by name (registered on this engine or not)."""
+        return [_schedule(record) for record in await self.store.list_schedules()]
+
+    async def _start_scheduled(self, workflow: str, input: Any, run_id: str) -> None:
+        await self.start(workflow, input, run_id=run_id)
+
     # ---- operating (the dashboard) -----------------------------------------------
 
     async def list_queues(self) -> list[QueueStatus]:
@@ -433,6 +535,19 @@ def _register(registry: dict[str, Any], name: str, what: str) -> Callable[[F], F
         return fn
 
     return register
+
+
+def _schedule(record: ScheduleRecord) -> Schedule:
+    return Schedule(
+        name=record.name,
+        workflow=record.workflow,
+        cron=record.cron,
+        every=record.every,
+        timezone=record.timezone,
+        input=record.input,
+        paused=record.paused,
+        next_fire_at=record.next_fire_at,
+    )
 
 
 def _outcome(run: RunRecord) -> Any:

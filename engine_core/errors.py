@@ -90,3 +90,12 @@ class DuplicateRunError(EngineError):
 
 class WorkflowDeadlineExceededError(WorkflowRunCancelledError):
     """The run passed its ``deadline`` and was cancelled, with its unfinished children."""
+
+
+class InvalidScheduleError(EngineError, ValueError):
+    """A schedule's timing is unusable: a bad cron expression, an unknown time zone,
+    neither or both of ``cron`` and ``every``, or a bad ``every`` duration."""
+
+
+class ScheduleNotFoundError(EngineError, LookupError):
+    """No schedule has this name."""

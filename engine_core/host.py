@@ -25,6 +25,7 @@ from engine_core.records import RunRecord
 from engine_core.recovery import WorkflowRecovery
 from engine_core.run_timers import RunTimers
 from engine_core.runtime import EngineConfig, JobSlot, StepFn, WorkflowFn
+from engine_core.scheduler import Scheduler, StartRun
 from engine_core.store import Store
 from engine_core.timers import Timers
 from engine_core.waiters import RunWaiters
@@ -58,6 +59,9 @@ class Host:
         self.worker: Worker | None = None
         self.recovery: WorkflowRecovery | None = None
         self.run_timers = RunTimers(store, self, self.control, self.joined_line)
+        # How the scheduler starts a run (the Engine's ``start``, wired by the Engine).
+        self.start_run: StartRun | None = None
+        self.scheduler: Scheduler | None = None
 
     # ---- lifecycle ---------------------------------------------------------------
 
@@ -72,6 +76,11 @@ class Host:
         self.recovery.start()
         self.admission.start()
         self.run_timers.start()
+        if self.start_run is not None:
+            self.scheduler = Scheduler(
+                self.store, self._outages, self.workflow_names, self.start_run
+            )
+            self.scheduler.start()
 
     async def shut_down(self) -> None:
         """Stop serving, gracefully: claim and start nothing new, let the steps running
@@ -87,6 +96,8 @@ class Host:
             await self.admission.stop()
             self.admission = None
         await self.run_timers.stop()
+        if self.scheduler is not None:
+            await self.scheduler.stop()
         self._timers.cancel_all()
         try:
             if self.worker is not None:
@@ -155,6 +166,11 @@ class Host:
 
     async def drive(self, run_id: str) -> bool:
         return await self.driver.drive(run_id)
+
+    def schedules_changed(self) -> None:
+        """A schedule was created or resumed here: the scheduler looks again at once."""
+        if self.scheduler is not None:
+            self.scheduler.wake()
 
     def work_arrived(self) -> None:
         if self.worker is not None:

@@ -25,6 +25,7 @@ from engine_core.records import (
     QueueState,
     RunRecord,
     RunState,
+    ScheduleRecord,
     StepGuard,
     StepPage,
     StepRecord,
@@ -38,7 +39,16 @@ _STEP_FIELDS = frozenset(f.name for f in fields(StepRecord))
 #: Leaves shared as they are: nothing can change them.
 _IMMUTABLE: frozenset[type] = frozenset({str, int, float, bool, type(None), datetime})
 _RECORDS: frozenset[type] = frozenset(
-    {RunRecord, StepRecord, AttemptEntry, InflightStep, EventRecord, Lease, QueueState}
+    {
+        RunRecord,
+        StepRecord,
+        AttemptEntry,
+        InflightStep,
+        EventRecord,
+        Lease,
+        QueueState,
+        ScheduleRecord,
+    }
 )
 
 
@@ -94,6 +104,7 @@ class InMemoryStore:
         self._queues: dict[str, QueueState] = {}
         # (queue or "", dedup_id) -> the run that took it; free once that run is terminal.
         self._dedup: dict[tuple[str, str], str] = {}
+        self._schedules: dict[str, ScheduleRecord] = {}
 
     async def init(self) -> None:
         return None
@@ -663,6 +674,48 @@ class InMemoryStore:
 
     async def list_workflows(self) -> list[str]:
         return sorted({run.workflow for run in self._runs.values()})
+
+    # ---- schedules --------------------------------------------------------------
+
+    async def put_schedule(self, schedule: ScheduleRecord) -> None:
+        self._schedules[schedule.name] = _clone(schedule)
+
+    async def get_schedule(self, name: str) -> ScheduleRecord | None:
+        found = self._schedules.get(name)
+        return _clone(found) if found is not None else None
+
+    async def list_schedules(self) -> list[ScheduleRecord]:
+        return [_clone(self._schedules[name]) for name in sorted(self._schedules)]
+
+    async def delete_schedule(self, name: str) -> bool:
+        return self._schedules.pop(name, None) is not None
+
+    async def set_schedule_paused(
+        self,
+        name: str,
+        paused: bool,
+        *,
+        next_fire_at: datetime | None = None,
+        updated_at: datetime,
+    ) -> ScheduleRecord | None:
+        found = self._schedules.get(name)
+        if found is None:
+            return None
+        found.paused = paused
+        found.updated_at = updated_at
+        if next_fire_at is not None:
+            found.next_fire_at = next_fire_at
+        return _clone(found)
+
+    async def advance_schedule(
+        self, name: str, *, expect: datetime, next_fire_at: datetime
+    ) -> bool:
+        found = self._schedules.get(name)
+        if found is None or found.next_fire_at != expect:
+            return False
+        found.next_fire_at = next_fire_at
+        found.updated_at = utcnow()
+        return True
 
 
 def _step_order(step: StepRecord) -> tuple[datetime, str, str]:

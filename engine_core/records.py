@@ -203,3 +203,20 @@ class StepPage:
     due_at: datetime
     run_id: str
     key: str
+
+
+@dataclass
+class ScheduleRecord:
+    """A stored schedule: what to start (``workflow`` with ``input``), when (``cron`` in
+    ``timezone``, or ``every`` seconds since the epoch), and its next fire."""
+
+    name: str
+    workflow: str
+    cron: str | None
+    every: float | None
+    timezone: str
+    input: Any
+    paused: bool
+    next_fire_at: datetime
+    created_at: datetime
+    updated_at: datetime

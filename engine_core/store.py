@@ -21,6 +21,7 @@ from engine_core.records import (
     QueueState,
     RunRecord,
     RunState,
+    ScheduleRecord,
     StepGuard,
     StepPage,
     StepRecord,
@@ -364,3 +365,40 @@ class Store(Protocol):
 
     async def list_workflows(self) -> list[str]:
         """The names of the workflows of the stored runs, sorted, each once."""
+
+    # ---- schedules --------------------------------------------------------------
+
+    async def put_schedule(self, schedule: ScheduleRecord) -> None:
+        """Store ``schedule`` whole under its name, replacing any schedule of that name
+        (an upsert: repeating it is harmless)."""
+
+    async def get_schedule(self, name: str) -> ScheduleRecord | None:
+        """The schedule of this name, or None."""
+
+    async def list_schedules(self) -> list[ScheduleRecord]:
+        """Every schedule, ordered by name."""
+
+    async def delete_schedule(self, name: str) -> bool:
+        """Delete the schedule of this name; whether one was there. (A repeat after a
+        lost reply may say False for a delete that landed.)"""
+
+    async def set_schedule_paused(
+        self,
+        name: str,
+        paused: bool,
+        *,
+        next_fire_at: datetime | None = None,
+        updated_at: datetime,
+    ) -> ScheduleRecord | None:
+        """Set the schedule's ``paused`` flag and ``updated_at`` (and, when given, its
+        ``next_fire_at``) in one write; the schedule as it is now, or None when no
+        schedule has this name."""
+
+    async def advance_schedule(
+        self, name: str, *, expect: datetime, next_fire_at: datetime
+    ) -> bool:
+        """Move the schedule's ``next_fire_at`` from ``expect`` to ``next_fire_at``,
+        only if it is still ``expect`` (compared exactly, to the microsecond), atomically:
+        of any number of concurrent calls with the same ``expect`` exactly one returns
+        True. False when the schedule is gone or its ``next_fire_at`` is another (a
+        repeat after a lost reply may also say False for a move that landed)."""

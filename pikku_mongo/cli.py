@@ -4,6 +4,7 @@
     pikku-mongo runs show RUN_ID
     pikku-mongo runs cancel RUN_ID [--compensate]
     pikku-mongo runs suspend RUN_ID | resume RUN_ID | retry RUN_ID
+    pikku-mongo schedules list | pause NAME | resume NAME | delete NAME
     pikku-mongo recover
     pikku-mongo prune --older-than 30d
     pikku-mongo init
@@ -169,6 +170,8 @@ async def _run(args: argparse.Namespace, uri: str) -> Any:
         if args.command == "prune":
             deleted = await engine.delete_finished_runs(args.older_than)
             return {"deleted": deleted}, f"deleted {deleted} finished run(s)"
+        if args.command == "schedules":
+            return await _schedules(engine, args)
         action = args.action
         if action == "list":
             runs = await engine.list_runs(
@@ -204,6 +207,36 @@ async def _run(args: argparse.Namespace, uri: str) -> Any:
         await store.close()
 
 
+async def _schedules(engine: Engine, args: argparse.Namespace) -> tuple[Any, str]:
+    """``pikku-mongo schedules ...``: list them, or pause, resume or delete one."""
+    action = args.schedule_action
+    if action == "list":
+        schedules = await engine.list_schedules()
+        rows = [
+            [
+                s.name,
+                s.workflow,
+                f"cron {s.cron}" if s.cron is not None else f"every {s.every:g}s",
+                s.timezone,
+                "yes" if s.paused else "no",
+                f"{s.next_fire_at:%Y-%m-%d %H:%M:%S}Z",
+            ]
+            for s in schedules
+        ]
+        headers = ["schedule", "workflow", "timing", "timezone", "paused", "next fire (UTC)"]
+        return [_jsonable(s) for s in schedules], _table(headers, rows)
+    name = args.name
+    if action == "delete":
+        await engine.delete_schedule(name)
+        return {"name": name, "deleted": True}, f"schedule {name} deleted"
+    if action == "pause":
+        await engine.pause_schedule(name)
+    else:
+        await engine.resume_schedule(name)
+    paused = action == "pause"
+    return {"name": name, "paused": paused}, f"schedule {name} {'paused' if paused else 'resumed'}"
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pikku-mongo", description=__doc__.split("\n")[0])
     common = argparse.ArgumentParser(add_help=False)
@@ -234,6 +267,16 @@ def _parser() -> argparse.ArgumentParser:
             action.add_argument(
                 "--compensate", action="store_true", help="run the compensations of finished steps"
             )
+    schedules = sub.add_parser("schedules", help="list, pause, resume and delete schedules")
+    schedule_actions = schedules.add_subparsers(dest="schedule_action", required=True)
+    schedule_actions.add_parser("list", parents=[common], help="list the schedules")
+    for name, text in (
+        ("pause", "stop a schedule firing"),
+        ("resume", "let a paused schedule fire again, from its next fire"),
+        ("delete", "delete a schedule (its runs stay)"),
+    ):
+        action = schedule_actions.add_parser(name, parents=[common], help=text)
+        action.add_argument("name")
     ui = sub.add_parser("ui", help="serve the web dashboard (needs the ui extra)")
     ui.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
     ui.add_argument("--port", type=int, default=8642, help="port to listen on (8642)")

@@ -12,6 +12,8 @@ Collections (``prefix`` + name):
 * ``leases``: ``{_id: key, holder, token, expires_us, expires_at}`` (the store-wide
   recovery lease); queries judge ``expires_us``; the BSON date ``expires_at`` only feeds
   a TTL index that removes the document a day after the lease ended (see ``indexes``).
+* ``schedules``: ``_id`` = schedule name; its timing, input and next fire. See
+  :mod:`pikku_mongo.schedule_ops`.
 * ``meta``: the storage format version (see :mod:`pikku_mongo.migrations`).
 * ``queues``: ``_id`` = queue name; each queue's admission state, replaced by
   compare-and-set on its version. See :mod:`pikku_mongo.queue_ops`.
@@ -93,6 +95,7 @@ from pikku_mongo.migrations import migrate
 from pikku_mongo.queue_ops import QueueOps
 from pikku_mongo.retry import transient_retry
 from pikku_mongo.run_ops import RunOps
+from pikku_mongo.schedule_ops import ScheduleOps
 from pikku_mongo.server import ClockOffset, measure_clock_offset
 from pikku_mongo.step_ops import StepOps
 from pikku_mongo.watch import job_inserts
@@ -113,7 +116,7 @@ _AFTER = ReturnDocument.AFTER
 _BY_ID = [("_id", 1)]
 
 
-class MongoStore(RunOps, StepOps, QueueOps):
+class MongoStore(RunOps, StepOps, QueueOps, ScheduleOps):
     """The engine's store on a MongoDB database (see the module docstring)."""
 
     def __init__(
@@ -152,6 +155,7 @@ class MongoStore(RunOps, StepOps, QueueOps):
         self.leases = self._collection("leases")
         self.meta = self._collection("meta")
         self.queues = self._collection("queues")
+        self.schedules = self._collection("schedules")
         # Group commit, one queue per collection written on the hot path. A document a
         # guarded upsert created has none of the fields every real document has.
         self.run_writes = Batcher(self.runs, {"workflow": {"$exists": False}})

@@ -1,0 +1,144 @@
+"""``Scheduler``: this process's loop that fires the stored schedules.
+
+Any serving process may fire any schedule whose workflow it has registered; the fleet
+fires each fire once because a fire is two idempotent steps, in this order:
+
+1. start the run ``name@fire`` (with the schedule's input): the run id is the fire's,
+   and a start with an id that exists starts nothing, so concurrent firers of one
+   fire start one run between them;
+2. move ``next_fire_at`` on with a compare-and-set on its old value
+   (:meth:`~engine_core.store.Store.advance_schedule`): one firer lands it, the others
+   see it moved and carry on.
+
+A process that dies between the two leaves ``next_fire_at`` behind; the next firer
+starts the same run id again (nothing) and moves it. The fire time is the latest fire
+at or before now, so fires missed while no process ran collapse into one.
+
+The loop sleeps until the earliest ``next_fire_at`` it knows, re-reading the schedules
+at least every :data:`REREAD_S` seconds (and at once when this process creates or
+resumes one), so a fire starts its run within a few milliseconds of its time. A store
+outage is waited out like every other loop's (:mod:`engine_core.outages`). A process
+judges "due" by its own clock: a host whose clock runs ahead starts a fire's run that
+much early (never twice).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
+from typing import Any
+
+from engine_core.errors import StoreUnavailableError
+from engine_core.outages import Outages
+from engine_core.records import ScheduleRecord, utcnow
+from engine_core.schedule_times import (
+    ScheduleSpec,
+    fire_run_id,
+    latest_fire,
+    next_fire,
+)
+from engine_core.store import Store
+from engine_core.tasks import cancel_and_wait, wait_event
+
+log = logging.getLogger("engine_core.scheduler")
+
+#: The longest the loop sleeps before it reads the schedules again (seconds).
+REREAD_S = 1.0
+#: After an unexpected error, the wait before the next try (seconds).
+ERROR_WAIT_S = 1.0
+
+#: ``await start_run(workflow, input, run_id)``: start a run (idempotent by run id).
+StartRun = Callable[[str, Any, str], Awaitable[Any]]
+
+
+def spec_of(schedule: ScheduleRecord) -> ScheduleSpec:
+    return ScheduleSpec(cron=schedule.cron, every=schedule.every, timezone=schedule.timezone)
+
+
+class Scheduler:
+    """Fires the schedules of the workflows ``workflows()`` names, by ``start_run``."""
+
+    def __init__(
+        self,
+        store: Store,
+        outages: Outages,
+        workflows: Callable[[], Sequence[str]],
+        start_run: StartRun,
+    ) -> None:
+        self.store = store
+        self.outages = outages
+        self.workflows = workflows
+        self.start_run = start_run
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        #: How many fires this process has started runs for.
+        self.fired = 0
+
+    def start(self) -> None:
+        self._task = asyncio.ensure_future(self._loop())
+
+    async def stop(self) -> None:
+        await cancel_and_wait(self._task)
+        self._task = None
+
+    def wake(self) -> None:
+        """Read the schedules again now (one was created or resumed here)."""
+        self._wake.set()
+
+    async def _loop(self) -> None:
+        while True:
+            try:
+                delay = await self.tick()
+                self.outages.back()
+            except asyncio.CancelledError:
+                raise
+            except StoreUnavailableError as exc:
+                self.outages.failed(exc)  # logged once per outage
+                delay = ERROR_WAIT_S
+            except Exception:
+                log.exception("the schedule loop failed; trying again")
+                delay = ERROR_WAIT_S
+            self._wake.clear()
+            await wait_event(self._wake, delay)
+
+    async def tick(self) -> float:
+        """Fire what is due; the seconds until the next look."""
+        registered = set(self.workflows())
+        earliest: datetime | None = None
+        for schedule in await self.store.list_schedules():
+            if schedule.paused or schedule.workflow not in registered:
+                continue
+            due = schedule.next_fire_at
+            if due <= utcnow():
+                due = await self.fire(schedule)
+            if earliest is None or due < earliest:
+                earliest = due
+        if earliest is None:
+            return REREAD_S
+        return min(REREAD_S, max(0.0, (earliest - utcnow()).total_seconds()))
+
+    async def fire(self, schedule: ScheduleRecord) -> datetime:
+        """Start the run of the schedule's latest fire, then move its ``next_fire_at``
+        on; returns the next fire."""
+        spec = spec_of(schedule)
+        now = utcnow()
+        fire = latest_fire(spec, now)
+        if fire is None or fire < schedule.next_fire_at:
+            fire = schedule.next_fire_at
+        run_id = fire_run_id(schedule.name, fire)
+        try:
+            await self.start_run(schedule.workflow, schedule.input, run_id)
+            self.fired += 1
+        except (asyncio.CancelledError, StoreUnavailableError):
+            raise
+        except Exception:
+            # A start that can never succeed (its run id taken by another workflow's
+            # run) must not stop the schedule: this fire is given up.
+            log.exception("schedule %r could not start run %r", schedule.name, run_id)
+        upcoming = next_fire(spec, max(now, fire))
+        await self.store.advance_schedule(
+            schedule.name, expect=schedule.next_fire_at, next_fire_at=upcoming
+        )
+        return upcoming
