@@ -484,10 +484,15 @@ class Engine:
     # ---- operating (the dashboard) -----------------------------------------------
 
     async def list_queues(self) -> list[QueueStatus]:
-        """The queues declared on this engine, with their runs counted by status and
-        the runs admitted in the last minute, sorted by name."""
+        """The queues declared on this engine or holding runs in the store, with their
+        runs counted (waiting and admitted) and the admissions of this minute and the
+        last, sorted by name."""
         out = []
-        for name, limits in sorted(self._host.queues.items()):
+        declared_here = self._host.queues
+        names = sorted(set(declared_here) | set(await self.store.queue_names()))
+        for name in names:
+            # A queue only seen in the store (a tool that did not declare it) shows no limits.
+            limits = declared_here.get(name) or QueueLimits(name)
             counts = await self.store.count_queue(name)
             state = await self.store.get_queue_state(name)
             minute = int(utcnow().timestamp() // 60)

@@ -457,6 +457,10 @@ class InMemoryStore:
                 counts[run.status] = counts.get(run.status, 0) + 1
         return counts
 
+    async def queue_names(self) -> list[str]:
+        live = {r.queue for r in self._runs.values() if r.queue and r.status not in TERMINAL}
+        return sorted(live | set(self._queues))
+
     # ---- steps ------------------------------------------------------------------
 
     async def load_steps(self, run_id: str) -> list[StepRecord]:

@@ -38,6 +38,13 @@ class RunStatus:
     parent_step: str | None = None
     #: The run's W3C trace id (32 hex digits), to look the run up in a tracing backend.
     trace_id: str | None = None
+    #: Flow control, as started: the queue, key and priority; when a delayed start is
+    #: due (None once released); the deadline.
+    queue: str | None = None
+    queue_key: str | None = None
+    priority: int = 0
+    not_before: datetime | None = None
+    deadline_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -92,6 +99,11 @@ def fold_status(run: RunRecord, steps: list[StepRecord]) -> RunStatus:
         input=run.input,
         parent_step=run.parent_step,
         trace_id=trace_id_of(run.wire.get("traceparent")),
+        queue=run.queue,
+        queue_key=run.queue_key,
+        priority=run.priority,
+        not_before=run.not_before,
+        deadline_at=run.deadline_at,
     )
 
 

@@ -249,6 +249,9 @@ class Store(Protocol):
     async def count_queue(self, queue: str) -> dict[str, int]:
         """How many runs of the queue are in each status that is not terminal."""
 
+    async def queue_names(self) -> list[str]:
+        """The names of the queues that hold runs not yet ended or have a state, sorted."""
+
     # ---- steps ------------------------------------------------------------------
 
     async def load_steps(self, run_id: str) -> list[StepRecord]:

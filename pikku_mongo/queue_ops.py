@@ -204,3 +204,11 @@ class QueueOps:
         ]
         cursor = await self.runs.aggregate(pipeline)
         return {cast(str, doc["_id"]): int(doc["n"]) for doc in await cursor.to_list()}
+
+    @transient_retry
+    async def queue_names(self) -> list[str]:
+        """1 distinct over the ``qlive`` index and 1 find of the queue states' ids."""
+        live = await self.runs.distinct("qlive")
+        states = await self.queues.find({}, {"_id": 1}).to_list()
+        names = {n for n in live if isinstance(n, str)} | {d["_id"] for d in states}
+        return sorted(unpack(n) for n in names)
