@@ -16,15 +16,14 @@ from engine_core.store import Store
 
 def make_run(run_id: str = "run-1", workflow: str = "wf", **extra: Any) -> RunRecord:
     now = utcnow()
-    return RunRecord(
-        run_id=run_id,
-        workflow=workflow,
-        status="running",
-        input={"n": 1},
-        created_at=now,
-        updated_at=now,
-        **extra,
-    )
+    fields: dict[str, Any] = {
+        "status": "running",
+        "input": {"n": 1},
+        "created_at": now,
+        "updated_at": now,
+    }
+    fields.update(extra)
+    return RunRecord(run_id=run_id, workflow=workflow, **fields)
 
 
 def make_job(

@@ -1,0 +1,181 @@
+"""Conformance cases for flow control: queue state, the line, dedup, delays, deadlines."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+from engine_core.errors import DuplicateRunError
+from engine_core.records import LinePage, QueueState, RunRecord, utcnow
+from engine_core.store import Store
+from engine_core.testing.builders import begin, make_run
+
+
+def queued(run_id: str, queue: str | None = "q", **extra: Any) -> RunRecord:
+    """A run as ``engine.start`` records one that waits (on ``queue``, or a delay)."""
+    return make_run(run_id, status="queued", pending_pass=False, queue=queue, **extra)
+
+
+class FlowCases:
+    """What a store must do for queues, dedup ids, delayed starts and deadlines."""
+
+    async def test_queue_state_round_trips_and_is_replaced_by_compare_and_set(
+        self, store: Store
+    ) -> None:
+        assert await store.get_queue_state("q") is None
+        now = utcnow()
+        first = QueueState("q", version=1, holders={"a": "k1", "b": None}, recent=[now])
+        assert await store.save_queue_state(first, expect_version=0)
+        assert not await store.save_queue_state(first, expect_version=0)
+        got = await store.get_queue_state("q")
+        assert got is not None
+        assert (got.version, got.holders, got.recent) == (1, {"a": "k1", "b": None}, [now])
+        second = QueueState("q", version=2, holders={}, minutes=[(5, 3)])
+        assert not await store.save_queue_state(second, expect_version=7)
+        assert await store.save_queue_state(second, expect_version=1)
+        got = await store.get_queue_state("q")
+        assert got is not None and got.version == 2 and got.holders == {}
+        assert got.minutes == [(5, 3)]
+        assert await store.get_queue_state("other") is None
+
+    async def test_racing_queue_state_savers_land_once(self, store: Store) -> None:
+        await store.save_queue_state(QueueState("q", version=1), expect_version=0)
+        results = await asyncio.gather(
+            *(
+                store.save_queue_state(
+                    QueueState("q", version=2, holders={f"r{i}": None}), expect_version=1
+                )
+                for i in range(10)
+            )
+        )
+        assert sum(results) == 1
+        got = await store.get_queue_state("q")
+        assert got is not None and len(got.holders) == 1
+
+    async def test_the_line_is_in_priority_then_start_order_per_queue(self, store: Store) -> None:
+        base = utcnow()
+        specs = [("a", 5, 0), ("b", 0, 1), ("c", 5, 2), ("d", -1, 3), ("e", 0, 4)]
+        for run_id, priority, second in specs:
+            at = base + timedelta(seconds=second)
+            await store.insert_run(queued(run_id, priority=priority, created_at=at, updated_at=at))
+        await store.insert_run(queued("other", queue="q2"))
+        await store.insert_run(queued("q-ext", queue="q\x00x"))
+        await store.insert_run(queued("later", not_before=base + timedelta(hours=1)))
+        await store.insert_run(make_run("plain"))
+        line = await store.queued_runs("q", limit=10)
+        assert [r.run_id for r in line] == ["d", "b", "e", "a", "c"]
+        first = line[1]
+        page = LinePage(first.priority, first.created_at, first.run_id)
+        assert [r.run_id for r in await store.queued_runs("q", limit=2, after=page)] == ["e", "a"]
+        assert [r.run_id for r in await store.queued_runs("q2", limit=10)] == ["other"]
+        assert [r.run_id for r in await store.queued_runs("nope", limit=10)] == []
+
+    async def test_admit_moves_only_runs_waiting_in_line(self, store: Store) -> None:
+        await store.insert_run(queued("a"))
+        await store.insert_run(queued("b"))
+        await store.insert_run(queued("late", not_before=utcnow() + timedelta(hours=1)))
+        await store.insert_run(make_run("running"))
+        assert await store.admit_runs(["a", "late", "running", "missing"]) == 1
+        assert await store.admit_runs(["a"]) == 0  # admitting twice is a no-op
+        a = await store.get_run("a")
+        assert a is not None and a.status == "running" and a.pending_pass
+        assert [r.run_id for r in await store.queued_runs("q", limit=10)] == ["b"]
+        late = await store.get_run("late")
+        assert late is not None and late.status == "queued"
+
+    async def test_a_cancelled_queued_run_leaves_the_line(self, store: Store) -> None:
+        await store.insert_run(queued("a"))
+        await store.set_run_status("a", "cancelled", expect=("queued",))
+        assert await store.queued_runs("q", limit=10) == []
+        assert await store.admit_runs(["a"]) == 0
+
+    async def test_delayed_runs_are_found_in_time_order_and_released(self, store: Store) -> None:
+        now = utcnow()
+        await store.insert_run(queued("q-later", not_before=now + timedelta(seconds=2)))
+        await store.insert_run(queued("q-soon", not_before=now + timedelta(seconds=1)))
+        await store.insert_run(queued("bare", queue=None, not_before=now + timedelta(seconds=1.5)))
+        await store.insert_run(queued("far", not_before=now + timedelta(days=3)))
+        found = await store.find_delayed_runs(now + timedelta(seconds=10), 10)
+        assert [r.run_id for r in found] == ["q-soon", "bare", "q-later"]
+        assert [r.run_id for r in await store.find_delayed_runs(now, 10)] == []
+        released = await store.release_delayed_runs(["q-soon", "bare", "missing"])
+        assert sorted(r.run_id for r in released) == ["bare", "q-soon"]
+        assert await store.release_delayed_runs(["q-soon"]) == []
+        bare = await store.get_run("bare")
+        assert bare is not None and bare.status == "running" and bare.pending_pass
+        assert bare.not_before is None
+        soon = await store.get_run("q-soon")
+        assert soon is not None and soon.status == "queued" and soon.not_before is None
+        assert [r.run_id for r in await store.queued_runs("q", limit=10)] == ["q-soon"]
+        found = await store.find_delayed_runs(now + timedelta(seconds=10), 10)
+        assert [r.run_id for r in found] == ["q-later"]
+
+    async def test_deadlines_of_runs_not_ended_are_found_in_time_order(self, store: Store) -> None:
+        now = utcnow()
+        await store.insert_run(make_run("two", deadline_at=now + timedelta(seconds=2)))
+        await store.insert_run(make_run("one", deadline_at=now + timedelta(seconds=1)))
+        await store.insert_run(queued("waiting", deadline_at=now + timedelta(seconds=3)))
+        await store.insert_run(make_run("none"))
+        found = await store.find_deadlines(now + timedelta(seconds=10), 10)
+        assert [r.run_id for r in found] == ["one", "two", "waiting"]
+        assert found[0].deadline_at == now + timedelta(seconds=1)
+        token = await begin(store, "one")
+        await store.settle_run("one", token=token, expect=("running",), status="completed")
+        await store.set_run_status("waiting", "cancelled", expect=("queued",))
+        found = await store.find_deadlines(now + timedelta(seconds=10), 10)
+        assert [r.run_id for r in found] == ["two"]
+        ended = await store.get_run("one")
+        assert ended is not None and ended.deadline_at == now + timedelta(seconds=1)
+
+    async def test_a_dedup_id_is_held_until_its_run_ends(self, store: Store) -> None:
+        await store.insert_run(queued("a", dedup_id="d"))
+        try:
+            await store.insert_run(queued("b", dedup_id="d"))
+        except DuplicateRunError as exc:
+            assert exc.run_id == "a"
+        else:
+            raise AssertionError("a second run took a dedup id that was held")
+        assert await store.get_run("b") is None
+        # The same run id is an idempotent insert, not a duplicate.
+        existing = await store.insert_run(queued("a", dedup_id="d"))
+        assert existing is not None and existing.run_id == "a"
+        # Another queue (or none) is another namespace.
+        assert await store.insert_run(queued("c", queue="q2", dedup_id="d")) is None
+        assert await store.insert_run(queued("e", queue=None, dedup_id="d")) is None
+        await store.set_run_status("a", "cancelled", expect=("queued",))
+        assert await store.insert_run(queued("b", dedup_id="d")) is None
+        await store.admit_runs(["b"])
+        token = await begin(store, "b")
+        await store.settle_run("b", token=token, expect=("running",), status="failed")
+        assert await store.insert_run(queued("f", dedup_id="d")) is None
+        got = await store.get_run("f")
+        assert got is not None and got.dedup_id == "d"
+
+    async def test_racing_inserts_holding_one_dedup_id_land_once(self, store: Store) -> None:
+        async def insert(i: int) -> str:
+            try:
+                await store.insert_run(queued(f"r{i}", dedup_id="once"))
+                return f"r{i}"
+            except DuplicateRunError as exc:
+                return "dup:" + exc.run_id
+
+        got = await asyncio.gather(*(insert(i) for i in range(10)))
+        winners = [g for g in got if not g.startswith("dup:")]
+        assert len(winners) == 1
+        assert all(g in (winners[0], "dup:" + winners[0]) for g in got)
+
+    async def test_queue_counts_and_names(self, store: Store) -> None:
+        await store.insert_run(queued("a"))
+        await store.insert_run(queued("b", not_before=utcnow() + timedelta(hours=1)))
+        await store.insert_run(queued("c"))
+        await store.insert_run(queued("x", queue="q2"))
+        await store.admit_runs(["c"])
+        await store.set_run_status("x", "cancelled", expect=("queued",))
+        assert await store.count_queue("q") == {"queued": 2, "running": 1}
+        assert await store.count_queue("q2") == {}
+        assert await store.queue_names() == ["q"]
+        await store.save_queue_state(QueueState("q3", version=1), expect_version=0)
+        assert await store.queue_names() == ["q", "q3"]
+        got = await store.get_run("a")
+        assert got is not None and (got.queue, got.priority) == ("q", 0)
