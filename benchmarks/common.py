@@ -56,6 +56,8 @@ class Sizes:
     w6_parked: tuple[int, ...] = (1_000, 10_000, 100_000)
     raw_ops: int = 2_000
     profile_runs: int = 100
+    q1_depth: int = 10_000
+    q1_limits: tuple[int | None, ...] = (None, 100)
 
     @property
     def w5_total(self) -> int:
@@ -74,6 +76,7 @@ QUICK = Sizes(
     w6_parked=(1_000, 5_000),
     raw_ops=500,
     profile_runs=20,
+    q1_depth=2_000,
 )
 
 

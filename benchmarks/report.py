@@ -283,6 +283,30 @@ def _rows(r: Results) -> list[Row]:
             )
         )
 
+    # Q1: admission from a deep queue.
+    for limit in z.q1_limits:
+        variant = f"{_k(z.q1_depth)} deep, " + (f"concurrency={limit}" if limit else "no limit")
+        q1_cells = []
+        q1_cmds = "n/a"
+        for system in ("memory", "mongo"):
+            q1 = r.get("Q1", system, variant)
+            q1_cells.append("n/a" if q1 is None else num(q1.extra.get("admitted_per_s", 0)))
+            if q1 is not None and system == "mongo" and q1.steps:
+                q1_cmds = num(sum(q1.commands.values()) / q1.steps)
+        if any(cell != "n/a" for cell in q1_cells):
+            rows.append(
+                (
+                    f"Q1: admission from a queue {variant} (1-step runs, all driven here)",
+                    "runs admitted/s",
+                    q1_cells[0],
+                    q1_cells[1],
+                    "—",
+                    "—",
+                    "—",
+                    q1_cmds,
+                )
+            )
+
     # W6: recovery passes over parked runs.
     titles = {
         "due": "W6: one recovery pass over {n} runs whose sleeps fell due",

@@ -44,7 +44,7 @@ from benchmarks.common import (
 )
 from benchmarks.report import Results, full_markdown, save
 
-WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6", "S1")
+WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6", "S1", "Q1")
 SYSTEMS = ("memory", "mongo", "dbos")
 DBOS_WORKLOADS = ("W1", "W2", "W3", "W4")
 
@@ -100,6 +100,8 @@ def plan_units(sizes: Sizes, workloads: list[str], systems: list[str]) -> int:
             )
         elif w == "S1":
             units += ("memory" in systems) + ("mongo" in systems)
+        elif w == "Q1":
+            units += len(sizes.q1_limits) * (("memory" in systems) + ("mongo" in systems))
     return units
 
 
@@ -330,6 +332,29 @@ class Suite:
                 self.progress.step()
             self.results.summaries.append(summarise("S1", kind, "", [measured]))
 
+    async def q1(self) -> None:
+        """Admission from a queue ``q1_depth`` runs deep, with and without a limit."""
+        from benchmarks.admission import admission_rate
+
+        both: tuple[StoreKind, ...] = ("memory", "mongo")
+        for kind in both:
+            uri = self.uri if kind == "mongo" else None
+            if kind not in self.systems or (kind == "mongo" and uri is None):
+                continue
+            for limit in self.z.q1_limits:
+                variant = f"{_k(self.z.q1_depth)} deep, " + (
+                    f"concurrency={limit}" if limit else "no limit"
+                )
+                self.progress.stage(f"Q1 {kind} {variant}")
+                try:
+                    measured = await admission_rate(kind, uri, self.z.q1_depth, limit)
+                except Exception as exc:
+                    self._failed(f"Q1 {kind} {variant}", exc)
+                    continue
+                finally:
+                    self.progress.step()
+                self.results.summaries.append(summarise("Q1", kind, variant, [measured]))
+
     async def profile_w1(self) -> None:
         from benchmarks.profile_w1 import profile_w1, summary_markdown
 
@@ -368,6 +393,8 @@ class Suite:
                 await self.w6()
             elif workload == "S1":
                 await self.s1()
+            elif workload == "Q1":
+                await self.q1()
         self.results.runtime_s = time.perf_counter() - began
         return self.results
 

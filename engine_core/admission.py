@@ -36,6 +36,8 @@ log = logging.getLogger("engine_core.admission")
 BATCH = 100
 #: How often an admitter looks at its line with nothing telling it to.
 POLL_S = 1.0
+#: How long a poked admitter waits for more pokes before its round.
+COALESCE_S = 0.005
 #: Holders kept before a round drops those that ended even when no limit binds.
 PRUNE_AT = 1000
 
@@ -67,7 +69,9 @@ class Admitter:
             timeout = POLL_S
             if self._next_at is not None:
                 timeout = max(0.0, min(timeout, self._next_at - time.monotonic()))
-            await wait_event(self._wake, timeout)
+            if await wait_event(self._wake, timeout):
+                # Runs that end together (a group commit settles many) share one round.
+                await asyncio.sleep(COALESCE_S)
             self._wake.clear()
             self._next_at = None
             try:
