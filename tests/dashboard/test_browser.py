@@ -110,7 +110,7 @@ async def drive(page: Page, base: str, engine: Engine, ids: dict[str, str], shot
     for status in RUN_STATUSES:
         count = await page.locator(f'[data-count="{status}"]').inner_text()
         assert count == {"running": "2", "completed": "2"}.get(status, "1"), status
-    assert await page.locator("table.runs tbody tr").count() == 10
+    assert await page.locator("table.runs tbody tr").count() == 11
     await shot(page, shots, "dashboard-runs.png", full=True)
 
     # Follow a run: its timeline is drawn, one bar per attempt and per wait.
