@@ -4,6 +4,7 @@
     pikku-mongo runs show RUN_ID
     pikku-mongo runs cancel RUN_ID [--compensate]
     pikku-mongo runs suspend RUN_ID | resume RUN_ID | retry RUN_ID
+    pikku-mongo queues list
     pikku-mongo schedules list | pause NAME | resume NAME | delete NAME
     pikku-mongo recover
     pikku-mongo prune --older-than 30d
@@ -27,16 +28,19 @@ import sys
 from collections.abc import Sequence
 from dataclasses import asdict, is_dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, get_args
 
 from pymongo.errors import ConnectionFailure
 
 from engine_core import Engine, EngineError, RunStatus
+from engine_core.records import RunState
 from pikku_mongo.doctor import diagnose, render
 from pikku_mongo.errors import ServerUnreachableError
 from pikku_mongo.server import ensure_reachable, short_reason
 from pikku_mongo.store import MongoStore, _redact
 
+#: The statuses ``runs list --status`` accepts.
+RUN_STATUSES: tuple[str, ...] = tuple(get_args(RunState))
 #: How long a command waits for a server to answer before it gives up (seconds).
 SERVER_TIMEOUT_S = 5.0
 
@@ -100,6 +104,12 @@ def _show_run(status: RunStatus, history: list[Any]) -> str:
     ]
     if status.parent_run_id:
         lines.append(f"parent    {status.parent_run_id}")
+    if status.queue:
+        lines.append(f"queue     {_queue_text(status)}")
+    if status.not_before:
+        lines.append(f"delayed   until {_time(status.not_before)}")
+    if status.deadline_at:
+        lines.append(f"deadline  {_time(status.deadline_at)}")
     if status.output is not None:
         lines.append(f"output    {_short(status.output, 100)}")
     if status.error:
@@ -121,6 +131,52 @@ def _show_run(status: RunStatus, history: list[Any]) -> str:
     ]
     lines += ["", _table(["time", "step", "attempt", "status", "error"], timeline)]
     return "\n".join(lines)
+
+
+def _queue_text(status: RunStatus) -> str:
+    """A run's queue, key and priority: ``orders key=eu priority=5``."""
+    parts = [status.queue or "-"]
+    if status.queue_key is not None:
+        parts.append(f"key={status.queue_key}")
+    if status.priority:
+        parts.append(f"priority={status.priority}")
+    return " ".join(parts)
+
+
+def _limit(value: int | str | None) -> str:
+    return "-" if value is None else str(value)
+
+
+async def _queues(engine: Engine) -> tuple[Any, str]:
+    """``pikku-mongo queues list``: the queues found in the store, with their figures.
+    This tool declares no queue, so no limits are known to it."""
+    queues = await engine.list_queues()
+    rows = [
+        [
+            q.name,
+            str(q.queued),
+            str(q.active),
+            str(q.admitted_last_minute),
+            str(q.admitted_this_minute),
+            _limit(q.concurrency),
+            _limit(q.key_concurrency),
+            _limit(q.worker_concurrency),
+            _limit(q.rate),
+        ]
+        for q in queues
+    ]
+    headers = [
+        "queue",
+        "queued",
+        "active",
+        "admitted last min",
+        "this min",
+        "concurrency",
+        "per key",
+        "per worker",
+        "rate",
+    ]
+    return [_jsonable(q) for q in queues], _table(headers, rows)
 
 
 async def _connect(uri: str) -> MongoStore:
@@ -172,16 +228,23 @@ async def _run(args: argparse.Namespace, uri: str) -> Any:
             return {"deleted": deleted}, f"deleted {deleted} finished run(s)"
         if args.command == "schedules":
             return await _schedules(engine, args)
+        if args.command == "queues":
+            return await _queues(engine)
         action = args.action
         if action == "list":
             runs = await engine.list_runs(
                 workflow=args.workflow, status=args.status, limit=args.limit, after=args.after
             )
+            headers = ["run", "workflow", "status", "created", "updated"]
             rows = [
                 [r.run_id, r.workflow, r.status, _time(r.created_at), _time(r.updated_at)]
                 for r in runs
             ]
-            text = _table(["run", "workflow", "status", "created", "updated"], rows)
+            if any(r.queue for r in runs):
+                headers.insert(3, "queue")
+                for row, r in zip(rows, runs, strict=True):
+                    row.insert(3, _queue_text(r) if r.queue else "-")
+            text = _table(headers, rows)
             if len(runs) == args.limit:
                 text += f"\n(more: --after {runs[-1].run_id})"
             return [_jsonable(r) for r in runs], text
@@ -251,7 +314,9 @@ def _parser() -> argparse.ArgumentParser:
     actions = runs.add_subparsers(dest="action", required=True)
     listing = actions.add_parser("list", parents=[common], help="list runs")
     listing.add_argument("--workflow")
-    listing.add_argument("--status")
+    listing.add_argument(
+        "--status", choices=RUN_STATUSES, metavar="STATUS", help=f"one of {', '.join(RUN_STATUSES)}"
+    )
     listing.add_argument("--limit", type=int, default=50)
     listing.add_argument("--after", help="the last run id of the previous page")
     for name, text in (
@@ -267,6 +332,11 @@ def _parser() -> argparse.ArgumentParser:
             action.add_argument(
                 "--compensate", action="store_true", help="run the compensations of finished steps"
             )
+    queues = sub.add_parser("queues", help="the queues and their figures")
+    queue_actions = queues.add_subparsers(dest="queue_action", required=True)
+    queue_actions.add_parser(
+        "list", parents=[common], help="queued, active and admitted runs of each queue"
+    )
     schedules = sub.add_parser("schedules", help="list, pause, resume and delete schedules")
     schedule_actions = schedules.add_subparsers(dest="schedule_action", required=True)
     schedule_actions.add_parser("list", parents=[common], help="list the schedules")

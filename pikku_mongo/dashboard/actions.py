@@ -1,4 +1,5 @@
-"""The actions the dashboard offers on a run, and the Engine call behind each."""
+"""The actions the dashboard offers on a run or a schedule, and the Engine call behind
+each."""
 
 from __future__ import annotations
 
@@ -27,8 +28,9 @@ ACTIONS: dict[str, Action] = {
             "cancel",
             "Cancel",
             "Stop the run for good, without compensating. A step running now finishes "
-            "and records its outcome; children that have not ended are cancelled too.",
-            frozenset({"running", "suspended"}),
+            "and records its outcome; children that have not ended are cancelled too. "
+            "A queued run leaves its queue without starting.",
+            frozenset({"queued", "running", "suspended"}),
             "Cancel requested.",
             danger=True,
         ),
@@ -88,3 +90,72 @@ async def perform(engine: Engine, action: Action, run_id: str) -> None:
         await engine.retry(run_id)
     else:  # pragma: no cover - ACTIONS and this switch are kept in step
         raise ValueError(f"unknown action {action.name!r}")
+
+
+@dataclass(frozen=True)
+class ScheduleAction:
+    """One action on a schedule: its form value, its button label, what it does,
+    whether it applies to a paused schedule, to one that is not, and what the schedules
+    page says once it is done."""
+
+    name: str
+    label: str
+    explain: str
+    on_paused: bool
+    on_active: bool
+    done: str
+    danger: bool = False
+
+    def applies(self, paused: bool) -> bool:
+        """Whether the action applies to a schedule that is (or is not) paused."""
+        return self.on_paused if paused else self.on_active
+
+
+SCHEDULE_ACTIONS: dict[str, ScheduleAction] = {
+    action.name: action
+    for action in (
+        ScheduleAction(
+            "pause",
+            "Pause",
+            "Stop the schedule firing until it is resumed. Runs it started already go on.",
+            on_paused=False,
+            on_active=True,
+            done="paused",
+        ),
+        ScheduleAction(
+            "resume",
+            "Resume",
+            "Let the schedule fire again, from its next fire after now: the fires it "
+            "missed while paused are not made up.",
+            on_paused=True,
+            on_active=False,
+            done="resumed",
+        ),
+        ScheduleAction(
+            "delete",
+            "Delete",
+            "Delete the schedule for good. The runs it started are not touched.",
+            on_paused=True,
+            on_active=True,
+            done="deleted",
+            danger=True,
+        ),
+    )
+}
+
+
+def schedule_actions_for(paused: bool) -> list[ScheduleAction]:
+    """The actions that apply to a schedule that is (or is not) paused."""
+    return [action for action in SCHEDULE_ACTIONS.values() if action.applies(paused)]
+
+
+async def perform_on_schedule(engine: Engine, action: ScheduleAction, name: str) -> None:
+    """Carry ``action`` out on the schedule ``name``, through the Engine API."""
+    if action.name == "pause":
+        await engine.pause_schedule(name)
+    elif action.name == "resume":
+        await engine.resume_schedule(name)
+    elif action.name == "delete":
+        await engine.delete_schedule(name)
+    else:  # pragma: no cover - SCHEDULE_ACTIONS and this switch are kept in step
+        raise ValueError(f"unknown schedule action {action.name!r}")

@@ -5,7 +5,7 @@ refreshes their live sections (a request with ``HX-Request`` gets that section a
 Every page reads through the Engine API, so the app works on any store.
 
 The navigation (:data:`NAV`) and the route table (:meth:`Dashboard.routes`) are lists:
-a later page (queues, schedules) is one entry in each, plus its template.
+a page is one entry in each, plus its template.
 """
 
 from __future__ import annotations
@@ -29,9 +29,18 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from engine_core import Engine, EngineError, RunNotFoundError
+from engine_core import Engine, EngineError, RunNotFoundError, ScheduleNotFoundError
 from engine_core.records import TERMINAL
-from pikku_mongo.dashboard.actions import ACTIONS, Action, actions_for, perform
+from pikku_mongo.dashboard.actions import (
+    ACTIONS,
+    SCHEDULE_ACTIONS,
+    Action,
+    ScheduleAction,
+    actions_for,
+    perform,
+    perform_on_schedule,
+    schedule_actions_for,
+)
 from pikku_mongo.dashboard.params import (
     LIMITS,
     RUN_STATUSES,
@@ -40,6 +49,7 @@ from pikku_mongo.dashboard.params import (
     parse_choice,
     parse_run_filters,
     parse_run_id,
+    parse_schedule_name,
     read_form,
 )
 from pikku_mongo.dashboard.security import (
@@ -56,6 +66,7 @@ from pikku_mongo.dashboard.views import (
     error_text,
     fmt_clock,
     fmt_duration,
+    fmt_relative,
     fmt_time,
     show_value,
 )
@@ -75,8 +86,12 @@ class NavItem:
     path: str
 
 
-#: The top navigation. Queues and schedules slot in here once the engine has them.
-NAV: tuple[NavItem, ...] = (NavItem("runs", "Runs", "/runs"),)
+#: The top navigation.
+NAV: tuple[NavItem, ...] = (
+    NavItem("runs", "Runs", "/runs"),
+    NavItem("queues", "Queues", "/queues"),
+    NavItem("schedules", "Schedules", "/schedules"),
+)
 
 #: On every response: no framing (clickjacking of the action buttons), scripts and
 #: styles from this app only, no referrer sent elsewhere.
@@ -133,6 +148,23 @@ class Links:
     def action(self) -> str:
         """Where confirmed actions are posted."""
         return f"{self.root}/run/action"
+
+    def queues(self) -> str:
+        """The queues page."""
+        return f"{self.root}/queues"
+
+    def schedules(self, **extra: str) -> str:
+        """The schedules page (``done`` and ``name`` say what an action just did)."""
+        query = f"?{urlencode(extra)}" if extra else ""
+        return f"{self.root}/schedules{query}"
+
+    def schedule_confirm(self) -> str:
+        """The confirm page of a schedule action (a GET form's target)."""
+        return f"{self.root}/schedules/confirm"
+
+    def schedule_action(self) -> str:
+        """Where confirmed schedule actions are posted."""
+        return f"{self.root}/schedules/action"
 
     def login(self) -> str:
         """The login form."""
@@ -203,6 +235,7 @@ class Dashboard:
             fmt_time=fmt_time,
             fmt_clock=fmt_clock,
             fmt_duration=fmt_duration,
+            fmt_relative=fmt_relative,
             show_value=show_value,
             error_text=error_text,
             format_time_input=format_time_input,
@@ -218,6 +251,17 @@ class Dashboard:
             Route("/run", self._guard(self.run), name="run"),
             Route("/run/confirm", self._guard(self.confirm), name="confirm"),
             Route("/run/action", self._guard(self.action), methods=["POST"], name="action"),
+            Route("/queues", self._guard(self.queues), name="queues"),
+            Route("/schedules", self._guard(self.schedules), name="schedules"),
+            Route(
+                "/schedules/confirm", self._guard(self.schedule_confirm), name="schedule_confirm"
+            ),
+            Route(
+                "/schedules/action",
+                self._guard(self.schedule_action),
+                methods=["POST"],
+                name="schedule_action",
+            ),
             Route("/login", self._guard(self.login, public=True), methods=["GET", "POST"]),
             Route("/logout", self._guard(self.logout, public=True), methods=["POST"]),
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
@@ -285,7 +329,7 @@ class Dashboard:
                 return await handler(request)
             except BadRequest as exc:
                 return self.error(request, 400, str(exc))
-            except RunNotFoundError as exc:
+            except (RunNotFoundError, ScheduleNotFoundError) as exc:
                 return self.error(request, 404, str(exc))
             except (EngineError, ValueError) as exc:
                 return self.error(request, 400, str(exc))
@@ -407,6 +451,83 @@ class Dashboard:
         await perform(self.engine, action, run_id)
         log.info("dashboard: %s on run %r", action.name, run_id)
         return _redirect(_links(request).run(run_id, done=action.name))
+
+    async def queues(self, request: Request) -> Response:
+        """The queues: limits, depth, running and admissions per minute, refreshed live."""
+        context: dict[str, Any] = {
+            "page": "queues",
+            "queues": await self.engine.list_queues(),
+            "queued_runs": _links(request).runs("?" + urlencode({"status": "queued"})),
+        }
+        template = "_queues_live.html" if _is_htmx(request) else "queues.html"
+        return self.render(request, template, context)
+
+    async def schedules(self, request: Request) -> Response:
+        """The schedules: timing, next fire, input, and their actions."""
+        done = request.query_params.get("done")
+        name = request.query_params.get("name")
+        action = SCHEDULE_ACTIONS.get(done or "")
+        schedules = await self.engine.list_schedules()
+        notice = None
+        if action is not None and name:
+            # Said only when it holds now (the query string alone proves nothing).
+            paused = {s.name: s.paused for s in schedules}.get(name)
+            holds = {"pause": paused is True, "resume": paused is False, "delete": paused is None}
+            if holds.get(action.name):
+                notice = f"Schedule {name} {action.done}."
+        context: dict[str, Any] = {
+            "page": "schedules",
+            "schedules": schedules,
+            "actions_for": (lambda paused: []) if self.read_only else schedule_actions_for,
+            "notice": notice,
+        }
+        template = "_schedules_live.html" if _is_htmx(request) else "schedules.html"
+        return self.render(request, template, context)
+
+    async def _schedule_applicable(
+        self, request: Request, source: Any
+    ) -> tuple[str, ScheduleAction, Any] | Response:
+        if self.read_only:
+            return self.error(request, 403, "this dashboard is read-only")
+        name = parse_schedule_name(source)
+        action = SCHEDULE_ACTIONS[parse_choice(source, "action", tuple(SCHEDULE_ACTIONS))]
+        found = [s for s in await self.engine.list_schedules() if s.name == name]
+        if not found:
+            raise ScheduleNotFoundError(f"no schedule is named {name!r}")
+        schedule = found[0]
+        if not action.applies(schedule.paused):
+            state = "paused" if schedule.paused else "not paused"
+            return self.error(
+                request, 409, f"schedule {name!r} is {state}: it cannot be {action.done}"
+            )
+        return name, action, schedule
+
+    async def schedule_confirm(self, request: Request) -> Response:
+        """The confirm step of a schedule action (the page a browser without JavaScript
+        gets)."""
+        checked = await self._schedule_applicable(request, request.query_params)
+        if isinstance(checked, Response):
+            return checked
+        _, action, schedule = checked
+        context = {"page": "schedules", "schedule": schedule, "action": action}
+        return self.render(request, "schedule_confirm.html", context)
+
+    async def schedule_action(self, request: Request) -> Response:
+        """Carry out a confirmed schedule action (a POST with a valid CSRF token), then
+        show the schedules."""
+        if self.read_only:
+            return self.error(request, 403, "this dashboard is read-only")
+        form = await read_form(request)
+        denied = self.security.check_post(request, form)
+        if denied is not None:
+            return self.error(request, denied.status, denied.message)
+        checked = await self._schedule_applicable(request, form)
+        if isinstance(checked, Response):
+            return checked
+        name, action, _ = checked
+        await perform_on_schedule(self.engine, action, name)
+        log.info("dashboard: %s on schedule %r", action.name, name)
+        return _redirect(_links(request).schedules(done=action.name, name=name))
 
     async def login(self, request: Request) -> Response:
         """The login form (a token is set), and its POST, which sets the session cookie."""

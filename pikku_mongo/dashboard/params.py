@@ -137,6 +137,14 @@ def parse_run_id(params: QueryParams | Mapping[str, Sequence[str]]) -> str:
     return run_id
 
 
+def parse_schedule_name(params: QueryParams | Mapping[str, Sequence[str]]) -> str:
+    """The ``name`` parameter: a schedule's name (1 to 500 characters, no NUL)."""
+    name = _bounded(_single(params, "name"), "the schedule name", MAX_NAME)
+    if name is None:
+        raise BadRequest("the schedule name (parameter 'name') is missing")
+    return name
+
+
 def parse_choice(
     params: QueryParams | Mapping[str, Sequence[str]], name: str, choices: Sequence[str]
 ) -> str:

@@ -82,6 +82,18 @@ def fmt_duration(seconds: float) -> str:
     return f"{int(seconds // 86400)} d {int(seconds % 86400 // 3600)} h"
 
 
+def fmt_relative(moment: datetime | None, now: datetime | None = None) -> str:
+    """How far ``moment`` is from now: ``in 4 min 10 s``, ``12 s ago``, ``now``."""
+    if moment is None:
+        return "-"
+    seconds = (moment - (now or datetime.now(UTC))).total_seconds()
+    if abs(seconds) < 1:
+        return "now"
+    whole = round(abs(seconds))
+    took = f"{whole} s" if whole < 60 else fmt_duration(whole)
+    return f"in {took}" if seconds > 0 else f"{took} ago"
+
+
 # ---- the timeline -------------------------------------------------------------------
 
 

@@ -110,7 +110,7 @@ async def drive(page: Page, base: str, engine: Engine, ids: dict[str, str], shot
     for status in RUN_STATUSES:
         count = await page.locator(f'[data-count="{status}"]').inner_text()
         assert count == {"running": "2", "completed": "2"}.get(status, "1"), status
-    assert await page.locator("table.runs tbody tr").count() == 10
+    assert await page.locator("table.runs tbody tr").count() == 11
     await shot(page, shots, "dashboard-runs.png", full=True)
 
     # Follow a run: its timeline is drawn, one bar per attempt and per wait.
@@ -151,6 +151,20 @@ async def drive(page: Page, base: str, engine: Engine, ids: dict[str, str], shot
     assert "Cancel requested." in await page.locator(".notice").inner_text()
     assert (await engine.status(ids["running"])).status == "cancelled"
     await shot(page, shots, "dashboard-cancelled.png", full=True)
+
+    # The queues page: the seeded queue, read from the store by the ui's own engine.
+    await page.goto(f"{base}/queues")
+    assert await page.locator('tr[data-queue="orders"] [data-figure="queued"]').inner_text() == "1"
+
+    # Pause a schedule: confirm in place, the same way as a run action.
+    await engine.create_schedule("nightly", "ship", cron="0 3 * * *")
+    await page.goto(f"{base}/schedules")
+    await page.locator('tr[data-schedule="nightly"] button[data-action="pause"]').click()
+    await page.wait_for_selector('tr[data-schedule="nightly"] [data-paused="yes"]', timeout=10_000)
+    assert dialogs[-1].startswith("Pause schedule nightly?")
+    assert "Schedule nightly paused." in await page.locator(".notice").inner_text()
+    assert [s.paused for s in await engine.list_schedules()] == [True]
+    await shot(page, shots, "dashboard-schedules.png", full=True)
 
     # The list refreshes itself: a run suspended elsewhere shows without a reload.
     await page.goto(f"{base}/runs")

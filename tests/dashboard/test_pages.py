@@ -36,7 +36,7 @@ async def test_runs_page_counts_by_status_and_links_every_run(
     for status in RUN_STATUSES:
         expected = {"running": 2, "completed": 2}.get(status, 1)
         assert f'data-count="{status}">{expected}<' in page.text, status
-    assert "all <strong>10</strong>" in page.text
+    assert "all <strong>11</strong>" in page.text
     for run_id in seeded.values():
         assert run_href(run_id) in page.text, run_id
     assert listed_ids(page.text) == sorted(seeded.values())
@@ -55,7 +55,9 @@ async def test_runs_filters(seeded: dict[str, str], client: httpx.AsyncClient) -
         return listed_ids(page.text)
 
     assert await ids(status="failed") == ["order-failed"]
-    waits = [seeded[k] for k in ("cancelled", "compensating", "running", "suspended", "weird")]
+    waits = [
+        seeded[k] for k in ("cancelled", "compensating", "queued", "running", "suspended", "weird")
+    ]
     assert await ids(workflow="waits") == sorted(waits)
     assert await ids(workflow="waits", status="running") == sorted(
         [seeded["running"], seeded["weird"]]
@@ -65,9 +67,9 @@ async def test_runs_filters(seeded: dict[str, str], client: httpx.AsyncClient) -
     assert await ids(prefix="weird/<b>") == [WEIRD_ID]
     assert await ids(prefix=".*") == []
     assert await ids(before="2000-01-01T00:00") == []
-    assert len(await ids(since="2000-01-01T00:00:00", before="2999-01-01T00:00")) == 10
+    assert len(await ids(since="2000-01-01T00:00:00", before="2999-01-01T00:00")) == 11
     counted = (await client.get("/runs", params={"workflow": "waits"})).text
-    assert "all <strong>5</strong>" in counted and 'data-count="running">2<' in counted
+    assert "all <strong>6</strong>" in counted and 'data-count="running">2<' in counted
     # A workflow the store does not know is still offered, selected.
     unknown = (await client.get("/runs", params={"workflow": "nope"})).text
     assert '<option value="nope" selected>nope</option>' in unknown

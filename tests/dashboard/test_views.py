@@ -11,6 +11,7 @@ from pikku_mongo.dashboard.views import (
     MAX_LANES,
     build_timeline,
     fmt_duration,
+    fmt_relative,
     show_value,
     spans_of,
 )
@@ -141,3 +142,11 @@ def test_durations() -> None:
     assert fmt_duration(125) == "2 min 5 s"
     assert fmt_duration(7260) == "2 h 1 min"
     assert fmt_duration(90000) == "1 d 1 h"
+
+
+def test_relative_times() -> None:
+    assert fmt_relative(None) == "-"
+    assert fmt_relative(T0 + timedelta(milliseconds=300), T0) == "now"
+    assert fmt_relative(T0 + timedelta(seconds=12.4), T0) == "in 12 s"
+    assert fmt_relative(T0 - timedelta(seconds=59.6), T0) == "1 min 0 s ago"
+    assert fmt_relative(T0 + timedelta(hours=3, minutes=5), T0) == "in 3 h 5 min"

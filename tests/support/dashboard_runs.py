@@ -2,8 +2,9 @@
 
 ``seed_runs(engine)`` registers a few workflows on ``engine``, serves it until the runs
 that end have ended, and leaves it a client with runs waiting, suspended, cancelled and
-compensating. Returns the run id of each status (and of a child run, and of a run with
-an awkward id whose input holds markup).
+compensating, and one run queued on the queue ``orders`` (key ``eu``, priority 5, a
+deadline an hour away) that nobody admits. Returns the run id of each status (and of a
+child run, and of a run with an awkward id whose input holds markup).
 """
 
 from __future__ import annotations
@@ -17,7 +18,11 @@ WEIRD_ID = 'weird/<b>id</b>?q=1#frag&x=%20"'
 SCRIPT_INPUT = {"note": "<script>window.pwned = 1</script>", "big": list(range(40))}
 
 
+QUEUE = "orders"
+
+
 def register(engine: Engine) -> None:
+    engine.queue(QUEUE, concurrency=2, key_concurrency=1, rate="30/1m")
     tries = {"charge": 0}
 
     async def charge(order: dict[str, Any]) -> dict[str, Any]:
@@ -90,6 +95,7 @@ async def seed_runs(engine: Engine) -> dict[str, str]:
         "suspended": "order-suspended",
         "cancelled": "order-cancelled",
         "compensating": "order-compensating",
+        "queued": "order-queued",
         "weird": WEIRD_ID,
     }
     async with engine:
@@ -112,6 +118,11 @@ async def seed_runs(engine: Engine) -> dict[str, str]:
         await engine.cancel(ids["cancelled"])
     # A client now: the compensation is owed, and nobody here drives it.
     await engine.cancel(ids["compensating"], compensate=True)
+    # Queued with nobody serving, so it stays queued.
+    await engine.start(
+        "waits", {"id": "queued"}, run_id=ids["queued"], queue=QUEUE, key="eu", priority=5,
+        deadline="1h",
+    )
     ids["child"] = f"{ids['completed']}:ship"
     for key, run_id in ids.items():
         status = (await engine.status(run_id)).status

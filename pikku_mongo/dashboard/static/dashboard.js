@@ -17,16 +17,17 @@
     var post = document.createElement("form");
     post.method = "post";
     post.action = form.dataset.post;
-    var fields = {
-      id: form.elements.namedItem("id").value,
-      action: form.elements.namedItem("action").value,
-      csrf_token: meta ? meta.content : ""
-    };
-    Object.keys(fields).forEach(function (name) {
+    // The form's hidden fields (a run's id or a schedule's name, and the action).
+    var fields = [];
+    Array.prototype.forEach.call(form.querySelectorAll('input[type="hidden"]'), function (el) {
+      fields.push([el.name, el.value]);
+    });
+    fields.push(["csrf_token", meta ? meta.content : ""]);
+    fields.forEach(function (pair) {
       var input = document.createElement("input");
       input.type = "hidden";
-      input.name = name;
-      input.value = fields[name];
+      input.name = pair[0];
+      input.value = pair[1];
       post.appendChild(input);
     });
     document.body.appendChild(post);
