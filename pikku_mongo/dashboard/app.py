@@ -438,12 +438,9 @@ class Dashboard:
 
     async def action(self, request: Request) -> Response:
         """Carry out a confirmed action (a POST with a valid CSRF token), then show the run."""
-        if self.read_only:
-            return self.error(request, 403, "this dashboard is read-only")
-        form = await read_form(request)
-        denied = self.security.check_post(request, form)
-        if denied is not None:
-            return self.error(request, denied.status, denied.message)
+        form = await self._posted(request, changes=True)
+        if isinstance(form, Response):
+            return form
         checked = await self._applicable(request, form)
         if isinstance(checked, Response):
             return checked
@@ -515,12 +512,9 @@ class Dashboard:
     async def schedule_action(self, request: Request) -> Response:
         """Carry out a confirmed schedule action (a POST with a valid CSRF token), then
         show the schedules."""
-        if self.read_only:
-            return self.error(request, 403, "this dashboard is read-only")
-        form = await read_form(request)
-        denied = self.security.check_post(request, form)
-        if denied is not None:
-            return self.error(request, denied.status, denied.message)
+        form = await self._posted(request, changes=True)
+        if isinstance(form, Response):
+            return form
         checked = await self._schedule_applicable(request, form)
         if isinstance(checked, Response):
             return checked
@@ -529,16 +523,26 @@ class Dashboard:
         log.info("dashboard: %s on schedule %r", action.name, name)
         return _redirect(_links(request).schedules(done=action.name, name=name))
 
+    async def _posted(self, request: Request, *, changes: bool) -> dict[str, list[str]] | Response:
+        """The form of a POST that passed the cross-site checks, or the error page to
+        answer with (a POST that ``changes`` runs or schedules is refused when read-only)."""
+        if changes and self.read_only:
+            return self.error(request, 403, "this dashboard is read-only")
+        form = await read_form(request)
+        denied = self.security.check_post(request, form)
+        if denied is not None:
+            return self.error(request, denied.status, denied.message)
+        return form
+
     async def login(self, request: Request) -> Response:
         """The login form (a token is set), and its POST, which sets the session cookie."""
         if not self.security.login_enabled:
             return _redirect(_links(request).runs())
         if request.method == "GET":
             return self.render(request, "login.html", {"page": "login", "failed": False})
-        form = await read_form(request)
-        denied = self.security.check_post(request, form)
-        if denied is not None:
-            return self.error(request, denied.status, denied.message)
+        form = await self._posted(request, changes=False)
+        if isinstance(form, Response):
+            return form
         given = form.get("token", [""])
         if len(given) != 1 or not self.security.token_matches(given[0]):
             await asyncio.sleep(0.2)  # slows guessing down a little
@@ -550,10 +554,9 @@ class Dashboard:
 
     async def logout(self, request: Request) -> Response:
         """End the session (a POST with a valid CSRF token)."""
-        form = await read_form(request)
-        denied = self.security.check_post(request, form)
-        if denied is not None:
-            return self.error(request, denied.status, denied.message)
+        form = await self._posted(request, changes=False)
+        if isinstance(form, Response):
+            return form
         response = _redirect(_links(request).login())
         response.delete_cookie(SESSION_COOKIE, path=_links(request).root or "/")
         return response
