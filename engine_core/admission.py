@@ -90,7 +90,7 @@ class Admitter:
         if not line:
             return False
         if limits.unlimited:
-            await self._admit([r.run_id for r in line])
+            await self._admit(line)
             return len(line) == BATCH
         state = await self.store.get_queue_state(limits.name) or QueueState(limits.name)
         now = utcnow()
@@ -122,12 +122,12 @@ class Admitter:
         )
         if not await self.store.save_queue_state(saved, expect_version=state.version):
             return True  # another admitter moved first: read again
-        await self._admit(reserved + [r.run_id for r in picked])
+        await self._admit(reserved + picked)
         return not full and len(line) == BATCH
 
     def _pick(
         self, line: list[RunRecord], holders: dict[str, str | None], recent: int
-    ) -> tuple[list[RunRecord], list[str], bool]:
+    ) -> tuple[list[RunRecord], list[RunRecord], bool]:
         """The runs of ``line`` to admit now, the runs already holding slots (reserved by
         a round that did not get to move them), and whether a limit stopped the pick."""
         limits = self.limits
@@ -136,11 +136,11 @@ class Admitter:
             free = min(free, limits.rate.count - recent)
         per_key = Counter(holders.values()) if limits.key_concurrency is not None else Counter()
         picked: list[RunRecord] = []
-        reserved: list[str] = []
+        reserved: list[RunRecord] = []
         full = False
         for run in line:
             if run.run_id in holders:
-                reserved.append(run.run_id)
+                reserved.append(run)
                 continue
             if free <= 0:
                 full = True
@@ -162,12 +162,29 @@ class Admitter:
         alive = {r.run_id for r in runs if r.status not in TERMINAL}
         return {run_id: key for run_id, key in holders.items() if run_id in alive}
 
-    async def _admit(self, run_ids: list[str]) -> None:
-        if not run_ids:
-            return
-        await self.store.admit_runs(run_ids)
-        for run_id in run_ids:
-            self.runtime.kick(run_id)
+    async def _admit(self, runs: list[RunRecord]) -> None:
+        """Move ``runs`` (as read from the line) to ``running``. While this process has
+        room, each is admitted holding its lease, so its first pass begins in the same
+        write (and the writes of one round share a group commit); the rest are left owed
+        a pass, for this process or the fleet."""
+        runtime = self.runtime
+        holding = runs[: runtime.room_to_adopt()]
+        ttl = runtime.config.lease_ttl
+        begun = await asyncio.gather(
+            *(
+                self.store.admit_run_holding(run, holder=runtime.instance_id, ttl=ttl)
+                for run in holding
+            )
+        )
+        left = [run.run_id for run, got in zip(holding, begun, strict=True) if got is None]
+        left += [run.run_id for run in runs[len(holding) :]]
+        for run in begun:
+            if run is not None:
+                runtime.adopt(run)
+        if left:
+            await self.store.admit_runs(left)
+            for run_id in left:
+                runtime.kick(run_id)
 
     def _arm_rate_wake(self, recent: list[datetime], now: datetime) -> None:
         rate = self.limits.rate

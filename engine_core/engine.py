@@ -224,11 +224,7 @@ class Engine:
         if queue is not None or run.not_before is not None:
             run.status = "queued"
             run.pending_pass = False
-        adopt = (
-            run.status == "running"
-            and host.serving
-            and host.driver.backlog < 2 * self.config.concurrency
-        )
+        adopt = run.status == "running" and host.room_to_adopt() > 0
         if adopt:
             # Inserted holding this process's lease: its first pass starts at once,
             # with no write to begin it.

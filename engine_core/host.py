@@ -153,6 +153,11 @@ class Host:
     def step_function_names(self) -> Sequence[str]:
         return list(self.step_functions)
 
+    def room_to_adopt(self) -> int:
+        if not self._serving:
+            return 0
+        return max(0, 2 * self._config.concurrency - self.driver.backlog)
+
     def adopt(self, run: RunRecord) -> None:
         """Drive ``run``, just inserted holding this process's lease."""
         self.driver.spawn(run.run_id, adopted=run)

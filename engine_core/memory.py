@@ -410,6 +410,27 @@ class InMemoryStore:
                 moved += 1
         return moved
 
+    async def admit_run_holding(
+        self, run: RunRecord, *, holder: str, ttl: float
+    ) -> RunRecord | None:
+        stored = self._runs.get(run.run_id)
+        if (
+            stored is None
+            or stored.status != "queued"
+            or stored.not_before is not None
+            or stored.token != run.token
+        ):
+            return None
+        self._admit(stored)
+        stored.token += 1
+        stored.passes += 1
+        stored.pending_pass = False
+        stored.open_pass = True
+        stored.lease_holder = holder
+        stored.lease_expires_at = utcnow() + timedelta(seconds=ttl)
+        stored.changed = []
+        return _clone(stored)
+
     @staticmethod
     def _admit(run: RunRecord) -> None:
         run.status = "running"

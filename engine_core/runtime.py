@@ -97,6 +97,14 @@ class Runtime(Protocol):
     def step_function_names(self) -> Sequence[str]:
         """Every registered step function name."""
 
+    def room_to_adopt(self) -> int:
+        """How many more runs this process could begin driving at once (0 unless it
+        serves)."""
+
+    def adopt(self, run: RunRecord) -> None:
+        """Drive ``run``, whose first pass this process began in the write that made it
+        runnable (inserted or admitted holding this process's lease)."""
+
     def kick(self, run_id: str, on_taken: Callable[[], None] | None = None) -> bool:
         """A run is owed a pass: drive it here in the background when serving (once per
         run at a time; ``on_taken`` is called if another process holds it). Returns

@@ -232,6 +232,15 @@ class Store(Protocol):
         """Move each of these runs that is still ``queued`` with no ``not_before`` to
         ``running``, owed a pass, out of its line. Returns how many moved."""
 
+    async def admit_run_holding(
+        self, run: RunRecord, *, holder: str, ttl: float
+    ) -> RunRecord | None:
+        """Admit ``run`` (as read from its line) and begin its first pass under
+        ``holder``'s lease in the same write: move it to ``running`` out of its line, add
+        one to ``token`` and ``passes``, set ``open_pass`` and the lease, leave no pass
+        owed. Lands only if the run is still ``queued`` in its line with the token it was
+        read with. Returns the run as begun, or None."""
+
     async def find_delayed_runs(self, before: datetime, limit: int) -> list[RunRecord]:
         """Up to ``limit`` ``queued`` runs whose ``not_before`` is earlier than
         ``before``, earliest first."""

@@ -10,8 +10,10 @@ the delays and deadlines due, in time order.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
-from datetime import datetime
+from dataclasses import replace
+from datetime import datetime, timedelta
 from typing import Any, cast
 
 from pymongo import UpdateOne
@@ -19,6 +21,7 @@ from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import DuplicateKeyError
 
 from engine_core.records import LinePage, QueueState, RunRecord, utcnow
+from pikku_mongo.batcher import Batcher
 from pikku_mongo.checks import check_datetime, check_int, check_str
 from pikku_mongo.documents import (
     Doc,
@@ -34,19 +37,9 @@ from pikku_mongo.documents import (
 from pikku_mongo.filters import eq
 from pikku_mongo.retry import transient_retry
 
-#: What reading a line needs of a run (not its input, output or journal).
-_LINE_FIELDS = {
-    "_id": 1,
-    "workflow": 1,
-    "status": 1,
-    "created_at": 1,
-    "updated_at": 1,
-    "queue": 1,
-    "qkey": 1,
-    "priority": 1,
-    "not_before_us": 1,
-    "deadline": 1,
-}
+#: What reading a line needs of a run: all an admitter needs to begin its first pass
+#: (a queued run has no journal, steps in flight or output yet).
+_LINE_FIELDS = {"journal": 0, "inflight": 0, "output": 0, "error": 0}
 
 
 def _queue_id(name: str) -> str:
@@ -80,6 +73,10 @@ class QueueOps:
 
     runs: AsyncCollection[Doc]
     queues: AsyncCollection[Doc]
+    run_writes: Batcher
+
+    def _ttl(self, ttl: float, what: str) -> float:
+        raise NotImplementedError  # MongoStore's, checked against the clock skew bound
 
     @transient_retry
     async def get_queue_state(self, name: str) -> QueueState | None:
@@ -141,6 +138,53 @@ class QueueOps:
             },
         )
         return result.modified_count
+
+    async def admit_run_holding(
+        self, run: RunRecord, *, holder: str, ttl: float
+    ) -> RunRecord | None:
+        """1 update (group-committed: the runs a round admits share one bulk), guarded
+        by the run still in its line with the token it was read with; it carries an
+        operation id, so a repeat after a lost reply knows its first try landed."""
+        now = utcnow()
+        expires = now + timedelta(seconds=self._ttl(ttl, "lease ttl"))
+        query: Doc = {
+            "_id": pack(check_str(run.run_id, "run id")),
+            "status": eq("queued"),
+            "token": eq(check_int(run.token, "token")),
+            "line": {"$exists": True},
+        }
+        update: Doc = {
+            "$set": {
+                "status": "running",
+                "pending_pass": False,
+                "open_pass": True,
+                "lease_us": to_us(expires),
+                "holder": pack(check_str(holder, "lease holder")),
+                "changed": {},
+                "updated_at": to_us(now),
+            },
+            "$inc": {"token": 1, "passes": 1},
+            "$unset": {"line": ""},
+        }
+        update["$set"]["op"] = op = uuid.uuid4().hex
+
+        async def landed() -> bool:  # sent again after a lost reply: did the first land?
+            return await self.runs.find_one({"_id": query["_id"], "op": eq(op)}) is not None
+
+        if not await self.run_writes.guarded(query, update, landed):
+            return None
+        return replace(
+            run,
+            status="running",
+            token=run.token + 1,
+            passes=run.passes + 1,
+            pending_pass=False,
+            open_pass=True,
+            lease_holder=holder,
+            lease_expires_at=expires,
+            changed=[],
+            updated_at=now,
+        )
 
     @transient_retry
     async def find_delayed_runs(self, before: datetime, limit: int) -> list[RunRecord]:

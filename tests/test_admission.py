@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from types import SimpleNamespace
 from typing import Any
 
 from engine_core.admission import Admitter
@@ -17,11 +18,23 @@ from engine_core.testing.flow_cases import queued
 
 
 class Kicks:
-    """The little of a Runtime an admitter uses: it kicks the runs it admitted."""
+    """The little of a Runtime an admitter uses: it drives the runs it admitted, the
+    first ``room`` of them begun in the admitting write (adopted), the rest kicked."""
 
-    def __init__(self) -> None:
+    def __init__(self, room: int = 0) -> None:
         self.kicked: list[str] = []
+        self.adopted: list[RunRecord] = []
         self.outages = Outages()
+        self.instance_id = "admitter"
+        self.config = SimpleNamespace(lease_ttl=5.0)
+        self._room = room
+
+    def room_to_adopt(self) -> int:
+        return self._room
+
+    def adopt(self, run: RunRecord) -> None:
+        self.adopted.append(run)
+        self._room -= 1
 
     def kick(self, run_id: str, on_taken: Any = None) -> bool:
         self.kicked.append(run_id)
@@ -119,3 +132,21 @@ async def test_an_admitter_that_read_an_old_line_admits_nothing_over_the_limit(
     assert running == ["r0", "r1", "r2", "r3", "vip"]
     await slow.admit_round()  # reading again, it finds the queue full
     assert len(await _running(store)) == 5
+
+
+async def test_runs_admitted_with_room_here_begin_their_first_pass_in_the_same_write(
+    store: Store,
+) -> None:
+    for n in range(5):
+        await store.insert_run(queued(f"r{n}"))
+    kicks = Kicks(room=3)
+    await Admitter(store, kicks, declare("q", concurrency=4)).admit_round()  # type: ignore[arg-type]
+    assert [r.run_id for r in kicks.adopted] == ["r0", "r1", "r2"]
+    assert kicks.kicked == ["r3"]
+    for run in kicks.adopted:
+        stored = await store.get_run(run.run_id)
+        assert stored is not None and stored.status == "running"
+        assert (stored.token, stored.passes, stored.lease_holder) == (1, 1, "admitter")
+        assert run.token == 1 and run.open_pass and not stored.pending_pass
+    kicked = await store.get_run("r3")
+    assert kicked is not None and kicked.pending_pass and kicked.token == 0

@@ -84,6 +84,28 @@ class FlowCases:
         late = await store.get_run("late")
         assert late is not None and late.status == "queued"
 
+    async def test_admitting_a_run_holding_its_lease_begins_its_first_pass(
+        self, store: Store
+    ) -> None:
+        await store.insert_run(queued("a", input={"x": 1}))
+        await store.insert_run(queued("b"))
+        [a, b] = await store.queued_runs("q", limit=10)
+        begun = await store.admit_run_holding(a, holder="h", ttl=30)
+        assert begun is not None and begun.input == {"x": 1}
+        assert (begun.status, begun.token, begun.passes, begun.lease_holder) == (
+            "running", 1, 1, "h",
+        )  # fmt: skip
+        assert begun.open_pass and not begun.pending_pass
+        stored = await store.get_run("a")
+        assert stored is not None and stored.status == "running" and stored.token == 1
+        assert stored.lease_expires_at is not None and stored.lease_expires_at > utcnow()
+        assert await store.begin_pass("a", holder="other", ttl=30) is None  # held
+        assert await store.admit_run_holding(a, holder="h", ttl=30) is None  # not queued
+        # A run whose token moved on since it was read is not admitted by this call.
+        await store.begin_pass("b", holder="x", ttl=0)
+        assert await store.admit_run_holding(b, holder="h", ttl=30) is None
+        assert [r.run_id for r in await store.queued_runs("q", limit=10)] == ["b"]
+
     async def test_a_cancelled_queued_run_leaves_the_line(self, store: Store) -> None:
         await store.insert_run(queued("a"))
         await store.set_run_status("a", "cancelled", expect=("queued",))
