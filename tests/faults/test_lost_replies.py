@@ -23,7 +23,7 @@ from tests.faults.workload import (
     record,
     work,
 )
-from tests.support.proxy import FaultProxy, Where
+from tests.support.proxy import FaultProxy, Where, matches
 
 pytestmark = pytest.mark.faults
 
@@ -36,6 +36,8 @@ def register_everything(engine: Engine) -> None:
     async def everything(ctx: WorkflowContext, data: Any) -> list[Any]:
         # 0.8 s: longer than a third of the 2 s lease, so the lease is refreshed.
         a = await ctx.step("a", work, "a", 0.8)
+        # Its start carries a's outcome; its own is carried by a write of its own.
+        await ctx.step("b", work, "b", 0.01)
         job = await ctx.dispatch("job", "fault-job", {"n": 1, "seconds": 0.01}, retries=0)
         await ctx.sleep("nap", 0.2)
         got = await ctx.wait_for_event("go", timeout=60)
@@ -47,46 +49,161 @@ def register_everything(engine: Engine) -> None:
         return str(await ctx.step("k", work, "k", 0.01))
 
 
-def sets_inflight(command: dict[str, Any]) -> bool:
-    update = command["updates"][0]["u"].get("$set", {})
-    return any(name.startswith("inflight.") for name in update)
+def run_update(command: dict[str, Any], run_id: str = RUN) -> dict[str, Any] | None:
+    """The one update of an ``update`` on runs for ``run_id`` (None for anything else)."""
+    if command.get("update") != "pikku_runs" or len(command.get("updates", [])) != 1:
+        return None
+    update: dict[str, Any] = command["updates"][0]
+    return update if update["q"].get("_id") == run_id else None
 
 
-def refreshes(command: dict[str, Any]) -> bool:
-    return "token" in command.get("query", {}) and "$inc" not in command.get("update", {})
+def sets(update: dict[str, Any] | None, prefix: str) -> list[str]:
+    """The fields under ``prefix`` that ``update`` sets."""
+    if update is None:
+        return []
+    return [name for name in update["u"].get("$set", {}) if name.startswith(prefix)]
 
 
-#: (what, command, where): one write of the engine each, by the command that carries it.
-WRITES: list[tuple[str, str, Where]] = [
-    ("start: insert into runs", "insert", {"insert": "pikku_runs", "documents.0._id": RUN}),
+def extends_pass(command: dict[str, Any]) -> bool:
+    """extend_pass: the lease on the run document pushed on, guarded by the token."""
+    update = run_update(command)
+    return update is not None and set(update["u"]) == {"$set"} and sets(update, "") == [
+        "lease_us"
+    ]
+
+
+def starts_first_step(command: dict[str, Any]) -> bool:
+    """start_step of ``a``: an entry in flight, no outcome carried."""
+    update = run_update(command)
+    return bool(sets(update, "inflight.")) and not sets(update, "journal.")
+
+
+def carries(key: str, *, starting: bool) -> Where:
+    """A write on the run carrying ``key``'s outcome into its journal: start_step (an
+    entry put in flight too) or record_steps (the outcome alone)."""
+
+    def where(command: dict[str, Any]) -> bool:
+        update = run_update(command)
+        entries = [update["u"]["$set"][n] for n in sets(update, "journal.")] if update else []
+        return (
+            any(f'"key":"{key}"' in e for e in entries)
+            and bool(sets(update, "inflight.")) == starting
+            and "lease_us" not in sets(update, "")
+        )
+
+    return where
+
+
+def releases_dropping_a_copied_entry(command: dict[str, Any]) -> bool:
+    """release_pass that also drops journal entries already copied to step records
+    (the sleep's, at the end of the pass that woke it)."""
+    update = run_update(command)
+    return (
+        update is not None
+        and update["q"].get("token") == 2  # the pass that woke the sleep
+        and update["u"]["$set"].get("lease_us") == 0
+        and "status" not in update["u"]["$set"]
+        and any(n.startswith("journal.") for n in update["u"].get("$unset", {}))
+    )
+
+
+def tells_parent_of_a_change(command: dict[str, Any]) -> bool:
+    """The child's end noted on the parent: a pass owed, and which step changed."""
+    return bool(sets(run_update(command), "changed."))
+
+
+#: A pass owed to the run and nothing else: recovery waking the overdue sleep first,
+#: then send_event telling the run of its event (the same command, in that order).
+TOLD: dict[str, Any] = {
+    "update": "pikku_runs",
+    "updates.0.q": {"_id": RUN},
+    "updates.0.u": {"$set": {"pending_pass": True}},
+}
+
+
+class Nth:
+    """The ``n``-th command matching ``where`` (a fresh count for every test)."""
+
+    def __init__(self, n: int, where: Where) -> None:
+        self.n, self.where = n, where
+
+    def fresh(self) -> Where:
+        seen = 0
+
+        def where(command: dict[str, Any]) -> bool:
+            nonlocal seen
+            if matches(command, self.where):
+                seen += 1
+                return seen == self.n
+            return False
+
+        return where
+
+
+#: (what, command, where): one write of the engine each, by the command that carries it
+#: (captured from what the engine sends in this scenario; each ``where`` matches one).
+WRITES: list[tuple[str, str, Where | Nth]] = [
+    ("start: insert into runs (the first pass begun in it)", "insert",
+     {"insert": "pikku_runs", "documents.0._id": RUN}),
     ("child start: insert into runs", "insert",
      {"insert": "pikku_runs", "documents.0._id": CHILD}),
-    ("run lease taken: findAndModify on leases", "findAndModify",
-     {"findAndModify": "pikku_leases", "query._id": f"run:{RUN}"}),
-    ("run lease refreshed: findAndModify on leases", "findAndModify", refreshes),
-    ("run lease released: update on leases", "update", {"update": "pikku_leases"}),
-    ("pass begun: findAndModify on runs", "findAndModify",
-     {"findAndModify": "pikku_runs", "update.$inc.token": 1}),
-    ("step started: update on runs", "update", sets_inflight),
-    ("inline outcome: update on steps", "update",
-     {"update": "pikku_steps", "updates.0.q.key": "a", "updates.0.u.$set.status": "succeeded"}),
-    ("dispatch armed: insert into steps", "insert",
+    ("begin_pass: findAndModify on runs", "findAndModify",
+     Nth(1, {"findAndModify": "pikku_runs", "query._id": RUN, "update.$inc.token": 1})),
+    ("child's begin_pass: findAndModify on runs", "findAndModify",
+     {"findAndModify": "pikku_runs", "query._id": CHILD, "update.$inc.token": 1}),
+    ("extend_pass: update on runs", "update", extends_pass),
+    ("release_pass: update on runs", "update",
+     {"update": "pikku_runs", "updates.0.q._id": RUN, "updates.0.q.token": 1,
+      "updates.0.u.$set.lease_us": 0}),
+    ("release_pass dropping copied journal entries: update on runs", "update",
+     releases_dropping_a_copied_entry),
+    ("start_step: update on runs", "update", Nth(1, starts_first_step)),
+    ("start_step carrying an inline outcome: update on runs", "update",
+     carries("a", starting=True)),
+    ("record_steps carrying an inline outcome: update on runs", "update",
+     carries("b", starting=False)),
+    ("record_steps carrying a sleep's outcome: update on runs", "update",
+     carries("nap", starting=False)),
+    ("start_step carrying an event's outcome: update on runs", "update",
+     carries("go", starting=True)),
+    ("dispatch: insert into steps, claimed here", "insert",
      {"insert": "pikku_steps", "documents.0.key": "job"}),
     ("dispatched outcome: update on steps", "update",
-     {"update": "pikku_steps", "updates.0.q.key": "job", "updates.0.u.$set.status": "succeeded"}),
-    ("run told of a settled step: update on runs", "update",
-     {"update": "pikku_runs", "updates.0.u.$set.pending_pass": True}),
-    ("sleep woken: update on steps", "update",
-     {"update": "pikku_steps", "updates.0.q.key": "nap"}),
+     {"update": "pikku_steps", "updates.0.q.status.$eq": "running",
+      "updates.0.u.$set.status": "succeeded"}),
+    ("sleep armed: insert into steps", "insert",
+     {"insert": "pikku_steps", "documents.0.key": "nap"}),
+    ("sleep woken: update on runs", "update", Nth(1, TOLD)),
+    ("event wait armed: insert into steps", "insert",
+     {"insert": "pikku_steps", "documents.0.key": "go"}),
     ("event sent: insert into events", "insert", {"insert": "pikku_events"}),
+    ("event sent, run told: update on runs", "update", Nth(2, TOLD)),
+    # The first findAndModify on events looks before the event exists.
     ("event consumed: findAndModify on events", "findAndModify",
-     {"findAndModify": "pikku_events"}),
-    ("child settled: update on runs", "update",
+     Nth(2, {"findAndModify": "pikku_events"})),
+    ("child step armed: insert into steps", "insert",
+     {"insert": "pikku_steps", "documents.0.key": "kid"}),
+    ("child settle carrying its step's outcome: update on runs", "update",
      {"update": "pikku_runs", "updates.0.q._id": CHILD, "updates.0.u.$set.status": "completed"}),
     ("parent's child step settled: update on steps", "update",
-     {"update": "pikku_steps", "updates.0.q.key": "kid"}),
-    ("run settled: update on runs", "update",
+     {"update": "pikku_steps", "updates.0.q.status.$eq": "scheduled",
+      "updates.0.u.$set.status": "succeeded"}),
+    ("parent told of the child's end: update on runs", "update", tells_parent_of_a_change),
+    ("child step marked notified: update on steps", "update",
+     {"update": "pikku_steps", "updates.0.u": {"$set": {"notified": True}}}),
+    ("save_steps, journal copy of the sleep: upsert on steps", "update",
+     {"update": "pikku_steps", "updates.0.u.$set.key": "nap", "updates.0.upsert": True}),
+    ("save_steps, journal copy of the event: upsert on steps", "update",
+     {"update": "pikku_steps", "updates.0.u.$set.key": "go", "updates.0.upsert": True}),
+    ("settle: update on runs", "update",
      {"update": "pikku_runs", "updates.0.q._id": RUN, "updates.0.u.$set.status": "completed"}),
+    # Recovery sweeps every second: its first sweep's writes.
+    ("recovery lease taken: findAndModify on leases", "findAndModify",
+     Nth(1, {"findAndModify": "pikku_leases", "query._id": "workflow-recovery"})),
+    ("recovery lease released: update on leases", "update",
+     Nth(1, {"update": "pikku_leases", "updates.0.q._id": "workflow-recovery"})),
+    ("lapsed claims requeued: update (multi) on steps", "update",
+     Nth(1, {"update": "pikku_steps", "updates.0.multi": True})),
 ]  # fmt: skip
 
 
@@ -107,11 +224,12 @@ def executions(log: Path) -> Counter[str]:
 
 @pytest.mark.parametrize(("what", "command", "where"), WRITES, ids=[w[0] for w in WRITES])
 async def test_a_lost_reply_to_each_write(
-    proxied: Engine, proxy: FaultProxy, exec_log: Path, what: str, command: str, where: Where
-) -> None:
+    proxied: Engine, proxy: FaultProxy, exec_log: Path, what: str, command: str,
+    where: Where | Nth,
+) -> None:  # fmt: skip
     engine = proxied
     register_everything(engine)
-    rule = proxy.drop_reply(command, where)
+    rule = proxy.drop_reply(command, where.fresh() if isinstance(where, Nth) else where)
     async with engine:
         await engine.start("everything", run_id=RUN)
         await wait_step(engine, RUN, "go", "scheduled")
@@ -119,7 +237,7 @@ async def test_a_lost_reply_to_each_write(
         assert await engine.result(RUN, timeout=60) == ["a", "job-1", "went", "k"]
     assert rule.hits, f"no {what} was seen: the scenario did not exercise it"
     assert proxy.stats["dropped"] == 1
-    assert executions(exec_log) == {"a": 1, "job": 1, "k": 1}
+    assert executions(exec_log) == {"a": 1, "b": 1, "job": 1, "k": 1}
     await assert_no_step_ran_after_its_success(engine, [RUN, CHILD], read_log(str(exec_log)))
 
 
