@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -67,9 +68,7 @@ def sets(update: dict[str, Any] | None, prefix: str) -> list[str]:
 def extends_pass(command: dict[str, Any]) -> bool:
     """extend_pass: the lease on the run document pushed on, guarded by the token."""
     update = run_update(command)
-    return update is not None and set(update["u"]) == {"$set"} and sets(update, "") == [
-        "lease_us"
-    ]
+    return update is not None and set(update["u"]) == {"$set"} and sets(update, "") == ["lease_us"]
 
 
 def starts_first_step(command: dict[str, Any]) -> bool:
@@ -222,6 +221,85 @@ def executions(log: Path) -> Counter[str]:
     return Counter(r["step"] for r in read_log(str(log)) if r["kind"] == "start")
 
 
+def bulk(collection: str, write: Callable[[dict[str, Any]], bool]) -> Where:
+    """A group-committed bulk (an unordered command of several writes) on
+    ``collection`` of which one write satisfies ``write``."""
+
+    def where(command: dict[str, Any]) -> bool:
+        name = next(iter(command))
+        writes = command.get("documents") or command.get("updates") or []
+        return (
+            command[name] == collection
+            and command.get("ordered") is False
+            and len(writes) > 1
+            and any(write(w) for w in writes)
+        )
+
+    return where
+
+
+def setting(update: dict[str, Any], prefix: str) -> bool:
+    return any(name.startswith(prefix) for name in update["u"].get("$set", {}))
+
+
+#: The same writes sent together by several runs at once (guarded ones as upserts).
+BULK_WRITES: list[tuple[str, str, Where]] = [
+    ("starts: bulk insert into runs", "insert", bulk("pikku_runs", lambda d: True)),
+    ("start_step: bulk of guarded upserts on runs", "update", bulk("pikku_runs",
+     lambda u: u["upsert"] and setting(u, "inflight.") and not setting(u, "journal."))),
+    ("start_step carrying outcomes: bulk on runs", "update", bulk("pikku_runs",
+     lambda u: u["upsert"] and setting(u, "inflight.") and setting(u, "journal."))),
+    ("record_steps: bulk on runs", "update", bulk("pikku_runs",
+     lambda u: u["upsert"] and not setting(u, "inflight.") and setting(u, "journal.")
+     and "lease_us" not in u["u"]["$set"])),
+    ("dispatches: bulk insert into steps, claimed here", "insert",
+     bulk("pikku_steps", lambda d: d["kind"] == "dispatch")),
+    ("dispatched outcomes: bulk on steps", "update", bulk("pikku_steps",
+     lambda u: u["q"].get("status") == {"$eq": "running"}
+     and u["u"].get("$set", {}).get("status") == "succeeded")),
+    ("sleeps armed: bulk insert into steps", "insert",
+     bulk("pikku_steps", lambda d: d["kind"] == "sleep")),
+    ("release_pass: bulk on runs", "update", bulk("pikku_runs",
+     lambda u: u["u"]["$set"].get("lease_us") == 0 and "status" not in u["u"]["$set"])),
+    ("sleeps woken: bulk on runs", "update",
+     bulk("pikku_runs", lambda u: u["u"] == {"$set": {"pending_pass": True}})),
+    ("save_steps: bulk of upserts on steps", "update",
+     bulk("pikku_steps", lambda u: u["upsert"] and "$lte" in u["q"].get("attempts", {}))),
+    ("settles: bulk on runs", "update",
+     bulk("pikku_runs", lambda u: u["u"]["$set"].get("status") == "completed")),
+]  # fmt: skip
+
+MANY = 6
+
+
+@pytest.mark.parametrize(("what", "command", "where"), BULK_WRITES, ids=[w[0] for w in BULK_WRITES])
+async def test_a_lost_reply_to_each_group_committed_bulk(
+    proxied: Engine, proxy: FaultProxy, exec_log: Path, what: str, command: str, where: Where
+) -> None:
+    engine = proxied
+
+    @engine.workflow("many")
+    async def many(ctx: WorkflowContext, n: int) -> list[Any]:
+        a = await ctx.step("a", work, "a", 0.01)
+        b = await ctx.step("b", work, "b", 0.01)
+        job = await ctx.dispatch("job", "fault-job", {"n": n, "seconds": 0.01}, retries=0)
+        await ctx.sleep("nap", 0.2)
+        return [a, b, job]
+
+    rule = proxy.drop_reply(command, where)
+    async with engine:
+        runs = await asyncio.gather(
+            *(engine.start("many", n, run_id=f"bulk-{n}") for n in range(MANY))
+        )
+        for n, run_id in enumerate(runs):
+            assert await engine.result(run_id, timeout=60) == ["a", "b", f"job-{n}"]
+    assert rule.hits, f"no {what} was seen: the scenario did not exercise it"
+    assert proxy.stats["dropped"] == 1
+    ran = Counter((r["run"], r["step"]) for r in read_log(str(exec_log)) if r["kind"] == "start")
+    assert ran == {(run_id, step): 1 for run_id in runs for step in ("a", "b", "job")}
+    await assert_no_step_ran_after_its_success(engine, runs, read_log(str(exec_log)))
+
+
 @pytest.mark.parametrize(("what", "command", "where"), WRITES, ids=[w[0] for w in WRITES])
 async def test_a_lost_reply_to_each_write(
     proxied: Engine, proxy: FaultProxy, exec_log: Path, what: str, command: str,
@@ -241,12 +319,6 @@ async def test_a_lost_reply_to_each_write(
     await assert_no_step_ran_after_its_success(engine, [RUN, CHILD], read_log(str(exec_log)))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 12 case 2: the claim landed (attempt 1) but its reply was lost; the "
-    "store's retry claims nothing, the claim lapses and is requeued, and the job's second "
-    "claim exceeds max_attempts: the step fails with WorkerLost without ever running",
-)
 async def test_a_lost_reply_to_a_claim(proxied: Engine, proxy: FaultProxy, exec_log: Path) -> None:
     engine = proxied
 
@@ -261,21 +333,18 @@ async def test_a_lost_reply_to_a_claim(proxied: Engine, proxy: FaultProxy, exec_
     async with arming:
         run_id = await arming.start("one-job")
         await wait_step(arming, run_id, "job", "scheduled")
+    # A claim is a guarded update of the job, group-committed (a batch of one here).
     rule = proxy.drop_reply(
-        "findAndModify", {"findAndModify": "pikku_steps", "update.$set.status": "running"}
-    )
+        "update",
+        {"update": "pikku_steps", "updates.0.u.$set.status": "running",
+         "updates.0.u.$inc.attempts": 1},
+    )  # fmt: skip
     async with engine:
         assert await engine.result(run_id, timeout=30) == "job-7"
     assert rule.hits
     assert executions(exec_log) == {"job": 1}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 12 case 3: the parent's move to cancelled landed but its reply was lost; "
-    "the repeat finds the run no longer running, so cancel() returns without halting its "
-    "steps or cancelling its children: the child stays running",
-)
 async def test_a_lost_reply_to_cancel_still_cancels_the_children(
     proxied: Engine, proxy: FaultProxy
 ) -> None:
@@ -328,12 +397,6 @@ async def test_a_lost_reply_to_suspend(proxied: Engine, proxy: FaultProxy, exec_
     assert executions(exec_log) == {"before": 1, "after": 1}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 12 case 4: the move to compensating landed but its reply was lost; the "
-    "repeated settle no longer matches (status is compensating), the pass ends as "
-    "'stopped' with no pass owed, and the run stays compensating (until stalled_after, 5 m)",
-)
 async def test_a_lost_reply_to_the_move_to_compensating(
     proxied: Engine, proxy: FaultProxy, exec_log: Path
 ) -> None:
@@ -362,5 +425,6 @@ async def test_a_lost_reply_to_the_move_to_compensating(
                 f"{bool(rule.hits)})"
             )
             await asyncio.sleep(0.1)
+    assert rule.hits
     assert (await engine.status(run_id)).status == "compensated"
     assert sum(1 for r in read_log(str(exec_log)) if r["kind"] == "refund") == 1
