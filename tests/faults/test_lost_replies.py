@@ -327,7 +327,7 @@ async def test_a_lost_reply_to_a_claim(proxied: Engine, proxy: FaultProxy, exec_
 
     # The job is armed by an engine that cannot run it, so the first claim the proxy
     # sees from the worker is the one that takes it (an empty poll would match too).
-    arming = Engine(engine.store, lease_ttl=engine.lease_ttl)
+    arming = Engine(engine.store, lease_ttl=engine.config.lease_ttl)
     arming.workflow("one-job")(one_job)
     engine.workflow("one-job")(one_job)
     async with arming:
