@@ -68,9 +68,11 @@ class Batcher:
         self.commands = 0
         self.writes = 0
 
-    async def insert(self, doc: Doc) -> bool:
-        """Insert ``doc``; False when a document with its ``_id`` exists."""
-        return await self._submit("insert", doc, {})
+    async def insert(self, doc: Doc, confirm: Confirm | None = None) -> bool:
+        """Insert ``doc``; False when a document with its ``_id`` exists. An insert sent
+        again after a lost reply may collide with its own first try: ``confirm()`` then
+        tells whether the document that exists is this one."""
+        return await self._submit("insert", doc, {}, confirm)
 
     async def update(self, filter: Doc, update: Doc) -> None:
         """Apply ``update`` to the document ``filter`` matches, if any (nothing learnt)."""

@@ -9,6 +9,7 @@ step's document is its queue job.
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, cast
@@ -99,8 +100,16 @@ class StepOps:
 
     @surface_oversize
     async def insert_step(self, step: StepRecord) -> bool:
-        """1 insert, group-committed (the ``_id`` decides)."""
-        return await self.step_writes.insert(step_to_doc(step))
+        """1 insert, group-committed (the ``_id`` decides). The document carries an
+        insert id, so an insert repeated after a lost reply that collides with its own
+        first try reports it inserted (1 find then), not armed by someone else."""
+        doc = step_to_doc(step)
+        doc["ins"] = nonce = uuid.uuid4().hex
+
+        async def confirm() -> bool:
+            return await self._matches({"_id": doc["_id"], "ins": nonce})
+
+        return await self.step_writes.insert(doc, confirm)
 
     @surface_oversize
     async def update_step(
