@@ -14,6 +14,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 from engine_core.control import RunControl
+from engine_core.errors import StoreUnavailableError
 from engine_core.leases import KeepAlive
 from engine_core.records import ACTIVE, RunRecord, StepRecord
 from engine_core.run_pass import PassEnd, RunPass
@@ -116,7 +117,12 @@ class Driver:
                 try:
                     while run is not None:
                         self._again.discard(run_id)
-                        end = await self._pass(run)
+                        try:
+                            end = await self._pass(run)
+                        except StoreUnavailableError:
+                            # Met outside the body (reading the steps, letting go): the
+                            # same as an outage inside it; go on once the store is back.
+                            end = "unavailable"
                         run = await self.runtime.outages.call(
                             functools.partial(self._next, run, end)
                         )
@@ -181,6 +187,14 @@ class Driver:
                 end = await run_pass.execute()
             if end == "parked":
                 self._remember(run_id, token, list(run_pass.steps.values()))
+            elif end in ("stopped", "unavailable") and run_pass.handed:
+                # Fenced out (or cut off) after a job run here handed this pass its
+                # outcome instead of telling the run: tell it now, or a newer pass that
+                # parked on that job would wait for ever.
+                for key in run_pass.handed:
+                    await self.runtime.outages.call(
+                        functools.partial(self.store.request_pass, run_id, changed=key)
+                    )
             return end
         except BaseException:
             # Cancelled (a shutdown past its grace) or broken: let the fleet take the run

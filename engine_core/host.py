@@ -192,7 +192,9 @@ class Host:
 
         def fire() -> None:
             if self._serving:
-                self.spawn(self.control.trigger(run_id), f"wake-up of run {run_id}")
+                # Waits out a store outage: a wake-up is not dropped for want of it.
+                wake = self._outages.call(lambda: self.control.trigger(run_id))
+                self.spawn(wake, f"wake-up of run {run_id}")
 
         self._timers.at((run_id, due_at), due_at, fire)
 

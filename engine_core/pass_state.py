@@ -102,6 +102,9 @@ class PassState:
         # whose in-flight marks it clears, and journal keys copied to step records.
         self._pending: dict[str, StepRecord] = {}
         self._done: set[str] = set()
+        #: Jobs run in this process whose outcome was handed to this pass, not told to
+        #: the run: if the pass ends without carrying on, the run must still be told.
+        self.handed: list[str] = []
         self._forget: set[str] = set()
         self._carry_armed = False
         self._carrying: asyncio.Task[None] | None = None
@@ -189,10 +192,13 @@ class PassState:
             asyncio.get_running_loop().call_soon(self._carry_soon)
         return record
 
-    def adopt(self, step: StepRecord) -> None:
-        """A step settled by a write of its own (a child run's end): take its record."""
+    def adopt(self, step: StepRecord, *, handed: bool = False) -> None:
+        """A step settled by a write of its own (a child run's end, or a job run here
+        and ``handed`` to this pass instead of telling the run): take its record."""
         self.steps[step.key] = step
         self._done.add(step.key)
+        if handed:
+            self.handed.append(step.key)
 
     async def _take(self, *, wait: bool = True) -> tuple[list[StepRecord], set[str], set[str]]:
         """What the next write carries (after the write of its own in flight, if any).
@@ -217,9 +223,7 @@ class PassState:
         when the write was fenced out, make the outcomes land on their own and stop."""
         if not ok:
             self._fenced = True
-            if outcomes:
-                # A step that ran records its outcome even when the run was stopped.
-                await self.store.save_steps(outcomes)
+            await self._save_fenced(outcomes)
             raise Stopped()
         for key in forget:
             self._journal.pop(key, None)
@@ -230,6 +234,18 @@ class PassState:
         if self._uncopied >= FLUSH_AT and self._copying is None:
             self._uncopied = 0
             self._copying = asyncio.ensure_future(self._copy_journal())
+
+    async def _save_fenced(self, outcomes: list[StepRecord]) -> None:
+        """A write of this pass was fenced out. A step that ran records its outcome when
+        the run was stopped (cancelled, suspended) under this pass's token; but once a
+        newer pass holds the run, these outcomes were never durable and it has taken
+        their steps back as new attempts: writing them now would record, late, an
+        attempt it superseded."""
+        if not outcomes:
+            return
+        latest = await self.store.get_run(self.run.run_id)
+        if latest is not None and latest.token == self.run.token:
+            await self.store.save_steps(outcomes)
 
     def _carry_soon(self) -> None:
         self._carry_armed = False
@@ -293,8 +309,7 @@ class PassState:
         """After the settling write that carried what :meth:`end_writes` returned."""
         if not ok:
             self._fenced = True
-            if outcomes:
-                await self.store.save_steps(outcomes)
+            await self._save_fenced(outcomes)
             return
         for key in forget:
             self._journal.pop(key, None)

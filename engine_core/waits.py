@@ -89,7 +89,7 @@ async def dispatch_step(
         if slot is not None:
             ran = await p.track(_run_here(p, job, slot))
             if ran is not None and ran.status in ("succeeded", "failed"):
-                p.adopt(ran)
+                p.adopt(ran, handed=True)
                 if ran.status == "failed":
                     raise stored_failure(ran)
                 return ran.result

@@ -271,10 +271,15 @@ class Worker:
             return False
         recorded = transition.apply(_copy(job))
         await mirror_step(self.runtime.mirror, recorded)
+        handed = False
         if told and waiting is not None:
-            del self._handoff[(job.run_id, job.key)]
-            waiting.set_result(recorded)
-        elif status != "scheduled":
+            self._handoff.pop((job.run_id, job.key), None)
+            # The pass may have stopped waiting while the write was on its way (its
+            # lease lost in an outage): then the run must be told like any other.
+            if not waiting.done():
+                waiting.set_result(recorded)
+                handed = True
+        if not handed and status != "scheduled":
             await outages.call(lambda: self.control.notify_run(job.run_id, job.key))
         return True
 

@@ -26,16 +26,6 @@ pytestmark = pytest.mark.faults
 
 RUNS = 100
 
-INLINE_RERUN = pytest.mark.xfail(
-    strict=False,  # seen in some tries of each: past the budget, frozen, resets
-    reason="an inline step whose outcome was not yet durable when its pass met the "
-    "outage (or a lost reply) runs again as attempt 2 in a later pass, and the stopped "
-    "pass's late save_steps (guarded by attempts <= 1) then lands attempt 1's success "
-    "in the step record: the record says 'succeeded at attempt 1' while attempt 2 ran. "
-    "Either the check is too strict for an outcome that was not durable, or the fenced "
-    "pass must not record an attempt the next pass has already superseded; not resolved",
-)
-
 
 async def start_mixed(client: Engine, count: int = RUNS, **data: Any) -> list[str]:
     return [
@@ -120,7 +110,6 @@ async def test_a_3s_server_outage_with_100_runs_in_flight(
     await outage(fleet, client, fault_server, down=3)
 
 
-@INLINE_RERUN
 async def test_an_outage_past_the_stores_retry_budget_is_waited_out(
     fleet: Fleet, client: Engine, fault_server: Server
 ) -> None:
@@ -132,7 +121,6 @@ async def test_an_outage_past_the_stores_retry_budget_is_waited_out(
     assert "the store is unavailable" in fleet.stderr(100_000), fleet.stderr()
 
 
-@INLINE_RERUN
 async def test_a_server_frozen_longer_than_the_lease(
     fleet: Fleet, client: Engine, fault_server: Server
 ) -> None:
@@ -147,7 +135,6 @@ async def test_a_server_frozen_longer_than_the_lease(
     await assert_no_step_ran_after_its_success(client, runs, fleet.records())
 
 
-@INLINE_RERUN
 async def test_connections_reset_at_random(
     fleet: Fleet, client: Engine, fault_server: Server
 ) -> None:
