@@ -9,7 +9,10 @@ pass.
 from __future__ import annotations
 
 import logging
+import time
+import uuid
 from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
 from engine_core.errors import RunNotFoundError
@@ -18,6 +21,7 @@ from engine_core.mirror import mirror_run, mirror_step
 from engine_core.records import (
     STOPPABLE,
     TERMINAL,
+    EventRecord,
     RunRecord,
     RunState,
     StepRecord,
@@ -26,7 +30,7 @@ from engine_core.records import (
 from engine_core.runtime import Runtime
 from engine_core.store import Store
 from engine_core.transitions import child_ended, retried, told, write
-from engine_core.values import check_run_id
+from engine_core.values import check_name, check_run_id, to_stored
 
 log = logging.getLogger("engine_core")
 
@@ -48,6 +52,31 @@ class RunControl:
         if run is None:
             raise RunNotFoundError(f"no run has id {run_id!r}")
         return run
+
+    async def send_event(self, run_id: str, name: str, payload: Any) -> None:
+        """Keep event ``name`` for the run and tell the run."""
+        run = await self.get(run_id)
+        check_name(name, "event name")
+        event = EventRecord(
+            # Ordered by sending time first, so waits consume events oldest first.
+            event_id=f"{time.time_ns():020d}-{uuid.uuid4().hex[:12]}",
+            run_id=run.run_id,
+            name=name,
+            payload=to_stored(payload, f"payload of event {name!r}"),
+            created_at=utcnow(),
+        )
+        await self.store.insert_event(event)
+        await self.trigger(run_id)
+
+    async def delete_finished(self, before: datetime, batch: int) -> int:
+        """Delete terminal runs last updated before ``before`` (with their steps and
+        events), ``batch`` at a time; how many."""
+        total = 0
+        while True:
+            deleted = await self.store.delete_runs(finished_before=before, limit=batch)
+            total += deleted
+            if deleted < batch:
+                return total
 
     # ---- owed passes -------------------------------------------------------------
 

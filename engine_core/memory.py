@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import AsyncIterator, Iterable, Sequence
-from dataclasses import fields, replace
+from dataclasses import fields
 from datetime import datetime, timedelta
-from typing import Any, TypeVar, cast
+from typing import Any
 
+from engine_core.cloning import clone
 from engine_core.errors import DuplicateRunError
+from engine_core.memory_events import EventLeaseMemory
+from engine_core.memory_flow import FlowMemory
 from engine_core.records import (
     ACTIVE,
     TERMINAL,
@@ -21,7 +24,6 @@ from engine_core.records import (
     EventRecord,
     InflightStep,
     Lease,
-    LinePage,
     QueueState,
     RunRecord,
     RunState,
@@ -32,65 +34,10 @@ from engine_core.records import (
     utcnow,
 )
 
-_T = TypeVar("_T")
 _STEP_FIELDS = frozenset(f.name for f in fields(StepRecord))
 
 
-#: Leaves shared as they are: nothing can change them.
-_IMMUTABLE: frozenset[type] = frozenset({str, int, float, bool, type(None), datetime})
-_RECORDS: frozenset[type] = frozenset(
-    {
-        RunRecord,
-        StepRecord,
-        AttemptEntry,
-        InflightStep,
-        EventRecord,
-        Lease,
-        QueueState,
-        ScheduleRecord,
-    }
-)
-
-
-def _clone(value: _T) -> _T:
-    """A deep copy of records and JSON-shaped values; immutable leaves are shared.
-
-    Much cheaper than ``copy.deepcopy`` on the hot path, and enough: everything the
-    engine stores is dicts, lists, scalars, datetimes and the record dataclasses.
-    """
-    kind = type(value)
-    if kind in _IMMUTABLE:
-        return value
-    if kind is dict:
-        return cast(_T, {k: _clone(v) for k, v in cast(dict[str, Any], value).items()})
-    if kind is list:
-        return cast(_T, [_clone(v) for v in cast(list[Any], value)])
-    if kind is StepRecord:
-        return cast(_T, _clone_step(cast(StepRecord, value)))
-    if kind in _RECORDS:
-        twin: _T = object.__new__(kind)
-        state = twin.__dict__
-        for name, item in value.__dict__.items():
-            state[name] = item if type(item) in _IMMUTABLE else _clone(item)
-        return twin
-    return value
-
-
-def _clone_step(step: StepRecord) -> StepRecord:
-    # The hot path's clone: a step's mutable parts are its values and its history list
-    # (whose entries nobody changes once written; a history is only ever appended to).
-    twin = object.__new__(StepRecord)
-    state = twin.__dict__
-    state.update(step.__dict__)
-    for name in ("result", "payload", "error"):
-        item = state[name]
-        if type(item) not in _IMMUTABLE:
-            state[name] = _clone(item)
-    state["history"] = list(step.history)
-    return twin
-
-
-class InMemoryStore:
+class InMemoryStore(EventLeaseMemory, FlowMemory):
     """A single-process store that keeps everything in dicts."""
 
     def __init__(self) -> None:
@@ -117,7 +64,7 @@ class InMemoryStore:
     async def insert_run(self, run: RunRecord) -> RunRecord | None:
         existing = self._runs.get(run.run_id)
         if existing is not None:
-            return _clone(existing)
+            return clone(existing)
         if run.dedup_id is not None:
             pair = (run.queue or "", run.dedup_id)
             holder = self._runs.get(self._dedup.get(pair, ""))
@@ -129,19 +76,19 @@ class InMemoryStore:
                     run_id=holder.run_id,
                 )
             self._dedup[pair] = run.run_id
-        self._runs[run.run_id] = _clone(run)
+        self._runs[run.run_id] = clone(run)
         return None
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         run = self._runs.get(run_id)
-        return _clone(run) if run is not None else None
+        return clone(run) if run is not None else None
 
     async def get_runs(
         self, run_ids: Sequence[str], *, status_in: Sequence[str] | None = None
     ) -> list[RunRecord]:
         found = (self._runs.get(run_id) for run_id in set(run_ids))
         return [
-            _clone(r)
+            clone(r)
             for r in found
             if r is not None and (status_in is None or r.status in status_in)
         ]
@@ -171,7 +118,7 @@ class InMemoryStore:
         run.lease_holder = holder
         run.lease_expires_at = now + timedelta(seconds=ttl)
         changed, run.changed = run.changed, []
-        begun = _clone(run)
+        begun = clone(run)
         begun.changed = changed
         return begun
 
@@ -202,7 +149,7 @@ class InMemoryStore:
         for key in forget:
             run.journal.pop(key, None)
         for outcome in outcomes:
-            run.journal[outcome.key] = _clone(outcome)
+            run.journal[outcome.key] = clone(outcome)
         run.updated_at = utcnow()
 
     async def start_step(
@@ -266,8 +213,8 @@ class InMemoryStore:
             run.lease_expires_at = None
         if status is not None:
             run.status = status
-            run.output = _clone(output)
-            run.error = _clone(error)
+            run.output = clone(output)
+            run.error = clone(error)
         return True
 
     async def request_pass(self, run_id: str, *, changed: str | None = None) -> None:
@@ -300,14 +247,14 @@ class InMemoryStore:
             run.changed.append("*")  # a stop or a restart: passes read every step again
         run.status = status
         if error is not None:
-            run.error = _clone(error)
+            run.error = clone(error)
         if request_pass:
             run.pending_pass = True
         run.updated_at = utcnow()
-        return _clone(run)
+        return clone(run)
 
     async def list_child_runs(self, run_id: str) -> list[RunRecord]:
-        return [_clone(r) for r in self._runs.values() if r.parent_run_id == run_id]
+        return [clone(r) for r in self._runs.values() if r.parent_run_id == run_id]
 
     async def find_runs_needing_pass(self, workflows: Sequence[str], limit: int) -> list[str]:
         wanted = set(workflows)
@@ -334,7 +281,7 @@ class InMemoryStore:
             ),
             key=lambda r: (r.updated_at, r.run_id),
         )
-        return [_clone(r) for r in found[:limit]]
+        return [clone(r) for r in found[:limit]]
 
     async def list_runs(
         self,
@@ -360,7 +307,7 @@ class InMemoryStore:
             ),
             key=lambda r: r.run_id,
         )
-        return [_clone(r) for r in found[:limit]]
+        return [clone(r) for r in found[:limit]]
 
     async def delete_runs(self, *, finished_before: datetime, limit: int) -> int:
         doomed = sorted(
@@ -376,136 +323,30 @@ class InMemoryStore:
         self._events = [e for e in self._events if e.run_id not in gone]
         return len(doomed)
 
-    # ---- flow control: queues, delays, deadlines ---------------------------------
-
-    async def get_queue_state(self, name: str) -> QueueState | None:
-        state = self._queues.get(name)
-        return _clone(state) if state is not None else None
-
-    async def save_queue_state(self, state: QueueState, *, expect_version: int) -> bool:
-        stored = self._queues.get(state.name)
-        if (stored.version if stored is not None else 0) != expect_version:
-            return False
-        self._queues[state.name] = _clone(state)
-        return True
-
-    async def queued_runs(
-        self, queue: str, *, limit: int, after: LinePage | None = None
-    ) -> list[RunRecord]:
-        start = (after.priority, after.created_at, after.run_id) if after is not None else None
-        line = sorted(
-            (r for r in self._runs.values() if _in_line(r, queue)),
-            key=lambda r: (r.priority, r.created_at, r.run_id),
-        )
-        if start is not None:
-            line = [r for r in line if (r.priority, r.created_at, r.run_id) > start]
-        return [_clone(r) for r in line[:limit]]
-
-    async def admit_runs(self, run_ids: Sequence[str]) -> int:
-        moved = 0
-        for run_id in dict.fromkeys(run_ids):
-            run = self._runs.get(run_id)
-            if run is not None and run.status == "queued" and run.not_before is None:
-                self._admit(run)
-                moved += 1
-        return moved
-
-    async def admit_run_holding(
-        self, run: RunRecord, *, holder: str, ttl: float
-    ) -> RunRecord | None:
-        stored = self._runs.get(run.run_id)
-        if (
-            stored is None
-            or stored.status != "queued"
-            or stored.not_before is not None
-            or stored.token != run.token
-        ):
-            return None
-        self._admit(stored)
-        stored.token += 1
-        stored.passes += 1
-        stored.pending_pass = False
-        stored.open_pass = True
-        stored.lease_holder = holder
-        stored.lease_expires_at = utcnow() + timedelta(seconds=ttl)
-        stored.changed = []
-        return _clone(stored)
-
-    @staticmethod
-    def _admit(run: RunRecord) -> None:
-        run.status = "running"
-        run.pending_pass = True
-        run.updated_at = utcnow()
-
-    async def find_delayed_runs(self, before: datetime, limit: int) -> list[RunRecord]:
-        found = sorted(
-            (
-                r
-                for r in self._runs.values()
-                if r.status == "queued" and r.not_before is not None and r.not_before < before
-            ),
-            key=lambda r: (r.not_before or before, r.run_id),
-        )
-        return [_clone(r) for r in found[:limit]]
-
-    async def release_delayed_runs(self, run_ids: Sequence[str]) -> list[RunRecord]:
-        released = []
-        for run_id in dict.fromkeys(run_ids):
-            run = self._runs.get(run_id)
-            if run is None or run.status != "queued" or run.not_before is None:
-                continue
-            run.not_before = None
-            if run.queue is None:
-                self._admit(run)
-            released.append(_clone(run))
-        return released
-
-    async def find_deadlines(self, before: datetime, limit: int) -> list[RunRecord]:
-        found = sorted(
-            (
-                r
-                for r in self._runs.values()
-                if r.status not in TERMINAL and r.deadline_at is not None and r.deadline_at < before
-            ),
-            key=lambda r: (r.deadline_at or before, r.run_id),
-        )
-        return [_clone(r) for r in found[:limit]]
-
-    async def count_queue(self, queue: str) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for run in self._runs.values():
-            if run.queue == queue and run.status not in TERMINAL:
-                counts[run.status] = counts.get(run.status, 0) + 1
-        return counts
-
-    async def queue_names(self) -> list[str]:
-        live = {r.queue for r in self._runs.values() if r.queue and r.status not in TERMINAL}
-        return sorted(live | set(self._queues))
-
     # ---- steps ------------------------------------------------------------------
 
     async def load_steps(self, run_id: str) -> list[StepRecord]:
-        return [_clone(s) for (rid, _), s in self._steps.items() if rid == run_id]
+        return [clone(s) for (rid, _), s in self._steps.items() if rid == run_id]
 
     async def get_step(self, run_id: str, key: str) -> StepRecord | None:
         step = self._steps.get((run_id, key))
-        return _clone(step) if step is not None else None
+        return clone(step) if step is not None else None
 
     async def get_steps(self, run_id: str, keys: Iterable[str]) -> list[StepRecord]:
         found = (self._steps.get((run_id, key)) for key in set(keys))
-        return [_clone(s) for s in found if s is not None]
+        return [clone(s) for s in found if s is not None]
 
     async def save_steps(self, steps: Sequence[StepRecord]) -> None:
         for step in steps:
             stored = self._steps.get((step.run_id, step.key))
             if stored is None or stored.attempts <= step.attempts:
-                self._steps[(step.run_id, step.key)] = _clone(step)
+                self._steps[(step.run_id, step.key)] = clone(step)
                 self._scheduled = None
 
     async def insert_step(self, step: StepRecord) -> bool:
         if (step.run_id, step.key) in self._steps:
             return False
-        self._steps[(step.run_id, step.key)] = _clone(step)
+        self._steps[(step.run_id, step.key)] = clone(step)
         self._scheduled = None
         return True
 
@@ -530,10 +371,10 @@ class InMemoryStore:
         self._scheduled = None
         if not _matches(step, guard):
             return False
-        for name, value in _clone(changes).items():
+        for name, value in clone(changes).items():
             setattr(step, name, value)
         if entry is not None:
-            step.history.append(_clone(entry))
+            step.history.append(clone(entry))
         return True
 
     async def find_unnotified_steps(self, before: datetime, limit: int) -> list[StepRecord]:
@@ -545,7 +386,7 @@ class InMemoryStore:
             ),
             key=lambda s: (s.updated_at or before, s.run_id, s.key),
         )
-        return [_clone(s) for s in found[:limit]]
+        return [clone(s) for s in found[:limit]]
 
     async def claim_steps(
         self, functions: Sequence[str], *, holder: str, claim_ttl: float, limit: int
@@ -573,11 +414,11 @@ class InMemoryStore:
             step.claim_holder = holder
             step.claim_expires_at = now + timedelta(seconds=claim_ttl)
             step.updated_at = now
-        return [_clone(s) for s in due]
+        return [clone(s) for s in due]
 
     async def find_claims(self, holder: str) -> list[StepRecord]:
         return [
-            _clone(s)
+            clone(s)
             for s in self._steps.values()
             if s.kind == "dispatch" and s.status == "running" and s.claim_holder == holder
         ]
@@ -634,59 +475,7 @@ class InMemoryStore:
         if after is not None:
             start = bisect.bisect_right(self._scheduled, (after.due_at, after.run_id, after.key))
         page = self._scheduled[start : start + limit]
-        return [_clone(self._steps[(run_id, key)]) for _, run_id, key in page]
-
-    # ---- events -----------------------------------------------------------------
-
-    async def insert_event(self, event: EventRecord) -> None:
-        self._events.append(_clone(event))
-
-    async def consume_event(self, run_id: str, name: str, consumer: str) -> EventRecord | None:
-        mine = [e for e in self._events if e.run_id == run_id and e.consumed_by == consumer]
-        if mine:
-            return _clone(mine[0])
-        for event in self._events:  # kept in arrival order
-            if event.run_id == run_id and event.name == name and event.consumed_by is None:
-                event.consumed_by = consumer
-                return _clone(event)
-        return None
-
-    # ---- leases -----------------------------------------------------------------
-
-    async def acquire_lease(self, key: str, holder: str, ttl: float) -> Lease | None:
-        now = utcnow()
-        current = self._leases.get(key)
-        if current is not None and current.expires_at > now:
-            return None
-        lease = Lease(
-            key=key,
-            holder=holder,
-            token=(current.token if current is not None else 0) + 1,
-            expires_at=now + timedelta(seconds=ttl),
-        )
-        self._leases[key] = lease
-        return lease
-
-    async def refresh_lease(self, lease: Lease, ttl: float) -> Lease | None:
-        now = utcnow()
-        current = self._leases.get(lease.key)
-        if (
-            current is None
-            or current.token != lease.token
-            or current.holder != lease.holder
-            or current.expires_at <= now
-        ):
-            return None
-        renewed = replace(current, expires_at=now + timedelta(seconds=ttl))
-        self._leases[lease.key] = renewed
-        return renewed
-
-    async def release_lease(self, lease: Lease) -> None:
-        current = self._leases.get(lease.key)
-        if current is not None and current.token == lease.token and current.holder == lease.holder:
-            self._leases[lease.key] = replace(
-                current, expires_at=datetime.min.replace(tzinfo=current.expires_at.tzinfo)
-            )
+        return [clone(self._steps[(run_id, key)]) for _, run_id, key in page]
 
     # ---- operating (the dashboard) ----------------------------------------------
 
@@ -699,48 +488,6 @@ class InMemoryStore:
 
     async def list_workflows(self) -> list[str]:
         return sorted({run.workflow for run in self._runs.values()})
-
-    # ---- schedules --------------------------------------------------------------
-
-    async def put_schedule(self, schedule: ScheduleRecord) -> None:
-        self._schedules[schedule.name] = _clone(schedule)
-
-    async def get_schedule(self, name: str) -> ScheduleRecord | None:
-        found = self._schedules.get(name)
-        return _clone(found) if found is not None else None
-
-    async def list_schedules(self) -> list[ScheduleRecord]:
-        return [_clone(self._schedules[name]) for name in sorted(self._schedules)]
-
-    async def delete_schedule(self, name: str) -> bool:
-        return self._schedules.pop(name, None) is not None
-
-    async def set_schedule_paused(
-        self,
-        name: str,
-        paused: bool,
-        *,
-        next_fire_at: datetime | None = None,
-        updated_at: datetime,
-    ) -> ScheduleRecord | None:
-        found = self._schedules.get(name)
-        if found is None:
-            return None
-        found.paused = paused
-        found.updated_at = updated_at
-        if next_fire_at is not None:
-            found.next_fire_at = next_fire_at
-        return _clone(found)
-
-    async def advance_schedule(
-        self, name: str, *, expect: datetime, next_fire_at: datetime
-    ) -> bool:
-        found = self._schedules.get(name)
-        if found is None or found.next_fire_at != expect:
-            return False
-        found.next_fire_at = next_fire_at
-        found.updated_at = utcnow()
-        return True
 
 
 def _step_order(step: StepRecord) -> tuple[datetime, str, str]:
@@ -756,7 +503,3 @@ def _matches(step: StepRecord, guard: StepGuard) -> bool:
     if guard.attempts is not None and step.attempts != guard.attempts:
         return False
     return guard.claim_holder is None or step.claim_holder == guard.claim_holder
-
-
-def _in_line(run: RunRecord, queue: str) -> bool:
-    return run.status == "queued" and run.queue == queue and run.not_before is None

@@ -85,6 +85,14 @@ def declare(
     )
 
 
+def add_queue(queues: dict[str, QueueLimits], limits: QueueLimits) -> None:
+    """Declare a queue; declaring it again is fine only with the same limits."""
+    known = queues.get(limits.name)
+    if known is not None and known != limits:
+        raise ValueError(f"queue {limits.name!r} is already declared with other limits")
+    queues[limits.name] = limits
+
+
 def declared(queues: dict[str, QueueLimits], name: object) -> QueueLimits:
     """The declared queue ``name``, or :class:`QueueNotDeclaredError`."""
     limits = queues.get(name) if isinstance(name, str) else None

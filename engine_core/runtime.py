@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
+from engine_core.durations import Duration, parse_duration
 from engine_core.mirror import RunMirror
 from engine_core.outages import Outages
 from engine_core.records import RunRecord, StepRecord
@@ -37,6 +38,39 @@ class EngineConfig:
     #: How long a client call (``start``...) waits out a store outage before it raises
     #: :class:`~engine_core.StoreUnavailableError`.
     store_timeout: float = 30.0
+
+    @classmethod
+    def of(
+        cls,
+        *,
+        lease_ttl: Duration,
+        recovery_interval: Duration,
+        stalled_after: Duration,
+        undispatched_after: Duration,
+        concurrency: int,
+        shutdown_grace: Duration | None,
+        store_timeout: Duration,
+    ) -> EngineConfig:
+        """The options as ``Engine`` takes them (seconds or duration strings), checked."""
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            raise ValueError(f"concurrency must be a positive integer, not {concurrency!r}")
+        ttl = parse_duration(lease_ttl, what="lease_ttl")
+        if ttl <= 0:
+            raise ValueError("lease_ttl must be longer than zero")
+        grace = (
+            min(ttl, 30.0)
+            if shutdown_grace is None
+            else parse_duration(shutdown_grace, what="shutdown_grace")
+        )
+        return cls(
+            lease_ttl=ttl,
+            recovery_interval=parse_duration(recovery_interval, what="recovery_interval"),
+            stalled_after=parse_duration(stalled_after, what="stalled_after"),
+            undispatched_after=parse_duration(undispatched_after, what="undispatched_after"),
+            concurrency=concurrency,
+            shutdown_grace=grace,
+            store_timeout=parse_duration(store_timeout, what="store_timeout"),
+        )
 
 
 class JobSlot(Protocol):

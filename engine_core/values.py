@@ -6,9 +6,15 @@ import hashlib
 import json
 import math
 import uuid
+from datetime import datetime
 from typing import Any
 
-from engine_core.errors import InvalidNameError, InvalidRunIdError, NotSerializableError
+from engine_core.errors import (
+    InvalidLimitError,
+    InvalidNameError,
+    InvalidRunIdError,
+    NotSerializableError,
+)
 
 MAX_RUN_ID_LENGTH = 200
 MAX_NAME_LENGTH = 500
@@ -145,3 +151,28 @@ def idempotency_key(run_id: str, step: str) -> str:
     digest[8] = (digest[8] & 0x3F) | 0x80  # RFC 4122 variant
     h = digest.hex()
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def check_page(limit: object, after: object, most: int) -> None:
+    """A page of a listing: ``limit`` from 1 to ``most``, ``after`` None or a run id."""
+    if after is not None:
+        check_run_id(after)
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= most:
+        raise InvalidLimitError(f"limit must be an integer from 1 to {most}, not {limit!r}")
+
+
+def check_prefix(prefix: object) -> str | None:
+    """A run id prefix: plain characters (never a pattern); empty means none."""
+    if prefix is None:
+        return None
+    if not isinstance(prefix, str) or len(prefix) > MAX_RUN_ID_LENGTH:
+        raise InvalidRunIdError(
+            f"a run id prefix is a string of at most {MAX_RUN_ID_LENGTH} characters"
+        )
+    return prefix or None
+
+
+def check_moment(moment: object, what: str) -> None:
+    """A bound of a time range is a timezone-aware datetime (or None)."""
+    if moment is not None and (not isinstance(moment, datetime) or moment.tzinfo is None):
+        raise ValueError(f"{what} must be a timezone-aware datetime, not {moment!r}")

@@ -1,0 +1,68 @@
+"""The in-memory store's events and leases."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime, timedelta
+
+from engine_core.cloning import clone
+from engine_core.records import EventRecord, Lease, utcnow
+
+
+class EventLeaseMemory:
+    """The event and lease methods of :class:`~engine_core.memory.InMemoryStore`."""
+
+    _events: list[EventRecord]
+    _leases: dict[str, Lease]
+
+    # ---- events -----------------------------------------------------------------
+
+    async def insert_event(self, event: EventRecord) -> None:
+        self._events.append(clone(event))
+
+    async def consume_event(self, run_id: str, name: str, consumer: str) -> EventRecord | None:
+        mine = [e for e in self._events if e.run_id == run_id and e.consumed_by == consumer]
+        if mine:
+            return clone(mine[0])
+        for event in self._events:  # kept in arrival order
+            if event.run_id == run_id and event.name == name and event.consumed_by is None:
+                event.consumed_by = consumer
+                return clone(event)
+        return None
+
+    # ---- leases -----------------------------------------------------------------
+
+    async def acquire_lease(self, key: str, holder: str, ttl: float) -> Lease | None:
+        now = utcnow()
+        current = self._leases.get(key)
+        if current is not None and current.expires_at > now:
+            return None
+        lease = Lease(
+            key=key,
+            holder=holder,
+            token=(current.token if current is not None else 0) + 1,
+            expires_at=now + timedelta(seconds=ttl),
+        )
+        self._leases[key] = lease
+        return lease
+
+    async def refresh_lease(self, lease: Lease, ttl: float) -> Lease | None:
+        now = utcnow()
+        current = self._leases.get(lease.key)
+        if (
+            current is None
+            or current.token != lease.token
+            or current.holder != lease.holder
+            or current.expires_at <= now
+        ):
+            return None
+        renewed = replace(current, expires_at=now + timedelta(seconds=ttl))
+        self._leases[lease.key] = renewed
+        return renewed
+
+    async def release_lease(self, lease: Lease) -> None:
+        current = self._leases.get(lease.key)
+        if current is not None and current.token == lease.token and current.holder == lease.holder:
+            self._leases[lease.key] = replace(
+                current, expires_at=datetime.min.replace(tzinfo=current.expires_at.tzinfo)
+            )

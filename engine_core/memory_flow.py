@@ -1,0 +1,177 @@
+"""The in-memory store's flow control and schedules: queue states, the line, dedup
+ids, delays, deadlines and schedules, over the same dicts as its runs."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+from engine_core.cloning import clone
+from engine_core.records import (
+    TERMINAL,
+    LinePage,
+    QueueState,
+    RunRecord,
+    ScheduleRecord,
+    utcnow,
+)
+
+
+class FlowMemory:
+    """The flow-control and schedule methods of :class:`~engine_core.memory.InMemoryStore`."""
+
+    _runs: dict[str, RunRecord]
+    _queues: dict[str, QueueState]
+    _schedules: dict[str, ScheduleRecord]
+
+    # ---- flow control: queues, delays, deadlines ---------------------------------
+
+    async def get_queue_state(self, name: str) -> QueueState | None:
+        state = self._queues.get(name)
+        return clone(state) if state is not None else None
+
+    async def save_queue_state(self, state: QueueState, *, expect_version: int) -> bool:
+        stored = self._queues.get(state.name)
+        if (stored.version if stored is not None else 0) != expect_version:
+            return False
+        self._queues[state.name] = clone(state)
+        return True
+
+    async def queued_runs(
+        self, queue: str, *, limit: int, after: LinePage | None = None
+    ) -> list[RunRecord]:
+        start = (after.priority, after.created_at, after.run_id) if after is not None else None
+        line = sorted(
+            (r for r in self._runs.values() if _in_line(r, queue)),
+            key=lambda r: (r.priority, r.created_at, r.run_id),
+        )
+        if start is not None:
+            line = [r for r in line if (r.priority, r.created_at, r.run_id) > start]
+        return [clone(r) for r in line[:limit]]
+
+    async def admit_runs(self, run_ids: Sequence[str]) -> int:
+        moved = 0
+        for run_id in dict.fromkeys(run_ids):
+            run = self._runs.get(run_id)
+            if run is not None and run.status == "queued" and run.not_before is None:
+                self._admit(run)
+                moved += 1
+        return moved
+
+    async def admit_run_holding(
+        self, run: RunRecord, *, holder: str, ttl: float
+    ) -> RunRecord | None:
+        stored = self._runs.get(run.run_id)
+        if (
+            stored is None
+            or stored.status != "queued"
+            or stored.not_before is not None
+            or stored.token != run.token
+        ):
+            return None
+        self._admit(stored)
+        stored.token += 1
+        stored.passes += 1
+        stored.pending_pass = False
+        stored.open_pass = True
+        stored.lease_holder = holder
+        stored.lease_expires_at = utcnow() + timedelta(seconds=ttl)
+        stored.changed = []
+        return clone(stored)
+
+    @staticmethod
+    def _admit(run: RunRecord) -> None:
+        run.status = "running"
+        run.pending_pass = True
+        run.updated_at = utcnow()
+
+    async def find_delayed_runs(self, before: datetime, limit: int) -> list[RunRecord]:
+        found = sorted(
+            (
+                r
+                for r in self._runs.values()
+                if r.status == "queued" and r.not_before is not None and r.not_before < before
+            ),
+            key=lambda r: (r.not_before or before, r.run_id),
+        )
+        return [clone(r) for r in found[:limit]]
+
+    async def release_delayed_runs(self, run_ids: Sequence[str]) -> list[RunRecord]:
+        released = []
+        for run_id in dict.fromkeys(run_ids):
+            run = self._runs.get(run_id)
+            if run is None or run.status != "queued" or run.not_before is None:
+                continue
+            run.not_before = None
+            if run.queue is None:
+                self._admit(run)
+            released.append(clone(run))
+        return released
+
+    async def find_deadlines(self, before: datetime, limit: int) -> list[RunRecord]:
+        found = sorted(
+            (
+                r
+                for r in self._runs.values()
+                if r.status not in TERMINAL and r.deadline_at is not None and r.deadline_at < before
+            ),
+            key=lambda r: (r.deadline_at or before, r.run_id),
+        )
+        return [clone(r) for r in found[:limit]]
+
+    async def count_queue(self, queue: str) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for run in self._runs.values():
+            if run.queue == queue and run.status not in TERMINAL:
+                counts[run.status] = counts.get(run.status, 0) + 1
+        return counts
+
+    async def queue_names(self) -> list[str]:
+        live = {r.queue for r in self._runs.values() if r.queue and r.status not in TERMINAL}
+        return sorted(live | set(self._queues))
+
+    # ---- schedules --------------------------------------------------------------
+
+    async def put_schedule(self, schedule: ScheduleRecord) -> None:
+        self._schedules[schedule.name] = clone(schedule)
+
+    async def get_schedule(self, name: str) -> ScheduleRecord | None:
+        found = self._schedules.get(name)
+        return clone(found) if found is not None else None
+
+    async def list_schedules(self) -> list[ScheduleRecord]:
+        return [clone(self._schedules[name]) for name in sorted(self._schedules)]
+
+    async def delete_schedule(self, name: str) -> bool:
+        return self._schedules.pop(name, None) is not None
+
+    async def set_schedule_paused(
+        self,
+        name: str,
+        paused: bool,
+        *,
+        next_fire_at: datetime | None = None,
+        updated_at: datetime,
+    ) -> ScheduleRecord | None:
+        found = self._schedules.get(name)
+        if found is None:
+            return None
+        found.paused = paused
+        found.updated_at = updated_at
+        if next_fire_at is not None:
+            found.next_fire_at = next_fire_at
+        return clone(found)
+
+    async def advance_schedule(
+        self, name: str, *, expect: datetime, next_fire_at: datetime
+    ) -> bool:
+        found = self._schedules.get(name)
+        if found is None or found.next_fire_at != expect:
+            return False
+        found.next_fire_at = next_fire_at
+        found.updated_at = utcnow()
+        return True
+
+
+def _in_line(run: RunRecord, queue: str) -> bool:
+    return run.status == "queued" and run.queue == queue and run.not_before is None

@@ -1,0 +1,31 @@
+"""What ``engine.result`` returns for a run that ended, or raises."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine_core.errors import (
+    WorkflowDeadlineExceededError,
+    WorkflowRunCancelledError,
+    WorkflowRunFailedError,
+)
+from engine_core.records import FAILED_ENDINGS, RunRecord
+
+
+def outcome(run: RunRecord) -> Any:
+    """The output of a completed run; the error of one that failed or was cancelled."""
+    error = run.error or {}
+    message = str(error.get("message") or f"run {run.run_id!r} ended {run.status}")
+    if run.status in FAILED_ENDINGS:
+        raise WorkflowRunFailedError(
+            f"run {run.run_id!r} ended {run.status}: {message}", run_id=run.run_id, error=run.error
+        )
+    if run.status == "cancelled" and error.get("type") == "WorkflowDeadlineExceededError":
+        raise WorkflowDeadlineExceededError(
+            f"run {run.run_id!r} was cancelled: {message}", run_id=run.run_id, error=run.error
+        )
+    if run.status == "cancelled":
+        raise WorkflowRunCancelledError(
+            f"run {run.run_id!r} was cancelled: {message}", run_id=run.run_id, error=run.error
+        )
+    return run.output
