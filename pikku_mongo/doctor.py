@@ -365,8 +365,8 @@ async def _indexes(store: MongoStore) -> Check:
         return Check(
             "indexes",
             "fail",
-            f"missing {names}; the unique one on {store.steps.name}(run_id, key) is what "
-            "records a step once; fix: pikku-mongo init",
+            f"missing {names}; the unique one on {store.runs.name}(dedup) is what keeps "
+            "one live run per dedup id; fix: pikku-mongo init",
             data,
         )
     return Check(
