@@ -110,6 +110,15 @@ async def test_a_3s_server_outage_with_100_runs_in_flight(
     await outage(fleet, client, fault_server, down=3)
 
 
+@pytest.mark.slow
+async def test_a_30s_server_outage_with_100_runs_in_flight(
+    fleet: Fleet, client: Engine, fault_server: Server
+) -> None:
+    """As long as one default server selection (30 s), with the clients as users make
+    them: every run completes, and no step that succeeded runs again."""
+    await outage(fleet, client, fault_server, down=30)
+
+
 async def test_an_outage_past_the_stores_retry_budget_is_waited_out(
     fleet: Fleet, client: Engine, fault_server: Server
 ) -> None:
