@@ -36,15 +36,7 @@ class ScheduleControl:
         timezone: str = "UTC",
         input: Any = None,
     ) -> Schedule:
-        """Store a schedule that starts ``workflow`` with ``input`` at every fire: of
-        ``cron`` (read in ``timezone``) or ``every`` (whole seconds, at the multiples of
-        the interval since the Unix epoch). Replaces a schedule of the same name (the
-        new one is not paused). Each fire starts one run across the fleet, with run id
-        ``"{name}@{fire time, UTC, e.g. 2026-12-03T01:00:00Z}"``, in a serving process
-        that registered ``workflow``.
-
-        Raises :class:`WorkflowNotRegisteredError` for a workflow not registered on this
-        engine and :class:`InvalidScheduleError` for an unusable timing."""
+        """``Engine.create_schedule``: check everything, then store it whole."""
         check_name(name, "schedule name")
         if len(name) + RUN_ID_SUFFIX_LENGTH > MAX_RUN_ID_LENGTH:
             raise InvalidNameError(
