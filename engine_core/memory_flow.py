@@ -96,9 +96,9 @@ class FlowMemory:
         )
         return [clone(r) for r in found[:limit]]
 
-    async def release_delayed_runs(self, run_ids: Sequence[str]) -> list[RunRecord]:
+    async def release_delayed_runs(self, runs: Sequence[RunRecord]) -> list[RunRecord]:
         released = []
-        for run_id in dict.fromkeys(run_ids):
+        for run_id in dict.fromkeys(r.run_id for r in runs):
             run = self._runs.get(run_id)
             if run is None or run.status != "queued" or run.not_before is None:
                 continue

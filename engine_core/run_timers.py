@@ -62,19 +62,25 @@ class RunTimers:
         self._task = None
 
     def arm(self, run: RunRecord) -> None:
-        """Arm this process's timers for the run's delay and deadline."""
+        """Arm this process's timers for the run's delay and deadline; each firing
+        waits out a store outage, like the host's wake-ups."""
+        outages = self.runtime.outages
         if run.not_before is not None:
             self._timers.at(
                 ("delay", run.run_id),
                 run.not_before,
-                lambda: self.runtime.spawn(self.release_due(), "release of delayed runs"),
+                lambda: self.runtime.spawn(
+                    outages.call(self.release_due), "release of delayed runs"
+                ),
             )
         if run.deadline_at is not None:
             run_id = run.run_id
             self._timers.at(
                 ("deadline", run_id),
                 run.deadline_at,
-                lambda: self.runtime.spawn(self.expire(run_id), f"deadline of run {run_id}"),
+                lambda: self.runtime.spawn(
+                    outages.call(lambda: self.expire(run_id)), f"deadline of run {run_id}"
+                ),
             )
 
     async def _loop(self) -> None:
@@ -108,7 +114,7 @@ class RunTimers:
             due = await self.store.find_delayed_runs(utcnow(), SWEEP_BATCH)
             if not due:
                 return released
-            runs = await self.store.release_delayed_runs([r.run_id for r in due])
+            runs = await self.store.release_delayed_runs(due)
             for run in runs:
                 if run.queue is not None:
                     self._joined_line(run.queue)

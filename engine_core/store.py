@@ -245,11 +245,11 @@ class Store(Protocol):
         """Up to ``limit`` ``queued`` runs whose ``not_before`` is earlier than
         ``before``, earliest first."""
 
-    async def release_delayed_runs(self, run_ids: Sequence[str]) -> list[RunRecord]:
-        """Clear ``not_before`` of each of these runs that is ``queued`` with one: a run
-        on a queue joins its line, a run without one moves to ``running``, owed a pass.
-        Returns the runs released, as they are after the write (a run released by a
-        concurrent call may be in both answers)."""
+    async def release_delayed_runs(self, runs: Sequence[RunRecord]) -> list[RunRecord]:
+        """Clear ``not_before`` of each of these runs (as :meth:`find_delayed_runs` read
+        them) that is still ``queued`` with one: a run on a queue joins its line, a run
+        without one moves to ``running``, owed a pass. Returns the runs this call
+        released, as they are after the write (of concurrent calls, one releases each)."""
 
     async def find_deadlines(self, before: datetime, limit: int) -> list[RunRecord]:
         """Up to ``limit`` runs that are not terminal whose ``deadline_at`` is earlier

@@ -10,13 +10,13 @@ the delays and deadlines due, in time order.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from pymongo import UpdateOne
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import DuplicateKeyError
 
@@ -36,6 +36,7 @@ from pikku_mongo.documents import (
 )
 from pikku_mongo.filters import eq
 from pikku_mongo.retry import transient_retry
+from pikku_mongo.skew import SkewBound
 
 #: What reading a line needs of a run: all an admitter needs to begin its first pass
 #: (a queued run has no journal, steps in flight or output yet).
@@ -68,15 +69,12 @@ def _state_from_doc(name: str, doc: Doc) -> QueueState:
     )
 
 
-class QueueOps:
+class QueueOps(SkewBound):
     """The flow-control methods of :class:`~pikku_mongo.MongoStore`."""
 
     runs: AsyncCollection[Doc]
     queues: AsyncCollection[Doc]
     run_writes: Batcher
-
-    def _ttl(self, ttl: float, what: str) -> float:
-        raise NotImplementedError  # MongoStore's, checked against the clock skew bound
 
     @transient_retry
     async def get_queue_state(self, name: str) -> QueueState | None:
@@ -195,40 +193,35 @@ class QueueOps:
         cursor = self.runs.find(query, _LINE_FIELDS).sort([("not_before_us", 1)]).limit(limit)
         return [run_from_doc(doc) for doc in await cursor.to_list()]
 
-    @transient_retry
-    async def release_delayed_runs(self, run_ids: Sequence[str]) -> list[RunRecord]:
-        """1 find by ``_id``, then 1 bulk of updates guarded by the run still waiting
-        out its delay. (A run another process released at the same moment may be in
-        both answers: releasing twice is harmless.)"""
-        ids = [pack(check_str(r, "run id")) for r in dict.fromkeys(run_ids)]
-        if not ids:
-            return []
-        docs = await self.runs.find(
-            {"_id": {"$in": ids}, "not_before_us": {"$exists": True}}, _LINE_FIELDS
-        ).to_list()
+    async def release_delayed_runs(self, runs: Sequence[RunRecord]) -> list[RunRecord]:
+        """1 update per run, group-committed (the runs of one sweep share a bulk), each
+        guarded by its run still waiting out its delay: each write learns on its own
+        whether it released its run."""
         now = to_us(utcnow())
-        writes = []
-        released = []
-        for doc in docs:
-            run = run_from_doc(doc)
+
+        async def release(run: RunRecord) -> RunRecord | None:
+            after = replace(run, not_before=None)
             update: Doc
             if run.queue is not None:
                 line = line_key(run.queue, run.priority, run.created_at, run.run_id)
                 update = {"$set": {"line": line}, "$unset": {"not_before_us": ""}}
             else:
-                run.status = "running"
+                after.status = "running"
+                after.pending_pass = True
                 update = {
                     "$set": {"status": "running", "pending_pass": True, "updated_at": now},
                     "$unset": {"not_before_us": ""},
                 }
-            run.not_before = None
-            guard = {"_id": doc["_id"], "status": eq("queued"), "not_before_us": {"$exists": True}}
-            writes.append(UpdateOne(guard, update))
-            released.append(run)
-        if not writes:
-            return []
-        await self.runs.bulk_write(writes, ordered=False)
-        return released
+            guard = {
+                "_id": pack(check_str(run.run_id, "run id")),
+                "status": eq("queued"),
+                "not_before_us": {"$exists": True},
+            }
+            return after if await self.run_writes.guarded(guard, update) else None
+
+        unique = {r.run_id: r for r in runs}.values()
+        released = await asyncio.gather(*(release(run) for run in unique))
+        return [run for run in released if run is not None]
 
     @transient_retry
     async def find_deadlines(self, before: datetime, limit: int) -> list[RunRecord]:

@@ -41,6 +41,7 @@ from pikku_mongo.documents import (
 )
 from pikku_mongo.filters import eq, id_prefix_range
 from pikku_mongo.retry import surface_oversize, transient_retry
+from pikku_mongo.skew import SkewBound
 
 _BY_ID = [("_id", 1)]
 #: Least recently updated first. Not tie-broken by ``_id``: that would defeat the
@@ -72,17 +73,13 @@ def _update(to_set: Doc, to_unset: Doc) -> Doc:
     return update
 
 
-class RunOps:
+class RunOps(SkewBound):
     """The run methods of :class:`~pikku_mongo.MongoStore`."""
 
     runs: AsyncCollection[Doc]
     steps: AsyncCollection[Doc]
     events: AsyncCollection[Doc]
     run_writes: Batcher
-    _skew_us: int
-
-    def _ttl(self, ttl: float, what: str) -> float:
-        raise NotImplementedError  # MongoStore's, checked against the clock skew bound
 
     # ---- creating and reading ---------------------------------------------------
 

@@ -44,6 +44,7 @@ from pikku_mongo.filters import (
     step_update,
 )
 from pikku_mongo.retry import surface_oversize, transient_retry
+from pikku_mongo.skew import SkewBound
 
 _LEAST_RECENT = [("updated_at", 1)]
 #: What a recovery sweep judges a scheduled step by (decoding whole steps cost more than
@@ -51,15 +52,11 @@ _LEAST_RECENT = [("updated_at", 1)]
 _SWEPT = {f: 1 for f in ("run_id", "key", "kind", "status", "due_at", "child_run_id")}
 
 
-class StepOps:
+class StepOps(SkewBound):
     """The step and queue methods of :class:`~pikku_mongo.MongoStore`."""
 
     steps: AsyncCollection[Doc]
     step_writes: Batcher
-    _skew_us: int
-
-    def _ttl(self, ttl: float, what: str) -> float:
-        raise NotImplementedError  # MongoStore's, checked against the clock skew bound
 
     @transient_retry
     async def load_steps(self, run_id: str) -> list[StepRecord]:

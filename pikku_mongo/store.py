@@ -77,7 +77,7 @@ from pymongo.write_concern import WriteConcern
 from engine_core.durations import Duration, parse_duration
 from engine_core.records import EventRecord, Lease, utcnow
 from pikku_mongo.batcher import Batcher
-from pikku_mongo.checks import check_int, check_seconds, check_str
+from pikku_mongo.checks import check_int, check_str
 from pikku_mongo.documents import (
     EPOCH,
     Doc,
@@ -88,7 +88,7 @@ from pikku_mongo.documents import (
     pack,
     to_us,
 )
-from pikku_mongo.errors import LeaseTooShortError, MissingDatabaseError
+from pikku_mongo.errors import MissingDatabaseError
 from pikku_mongo.filters import eq
 from pikku_mongo.indexes import create_indexes
 from pikku_mongo.migrations import migrate
@@ -251,18 +251,6 @@ class MongoStore(RunOps, StepOps, QueueOps, ScheduleOps):
                 self.max_clock_skew,
             )
         return measured
-
-    def _ttl(self, ttl: float, what: str) -> float:
-        """``ttl`` in seconds, checked against the clock skew bound."""
-        seconds = check_seconds(ttl, what)
-        if seconds < 2 * self.max_clock_skew:
-            raise LeaseTooShortError(
-                f"a {what} of {seconds:g} s is shorter than twice max_clock_skew "
-                f"({self.max_clock_skew:g} s): the holder would count it lost after "
-                f"{seconds - self.max_clock_skew:g} s; use a longer lease_ttl or a smaller "
-                "MongoStore(max_clock_skew=...)"
-            )
-        return seconds
 
     def _held(self, doc: Doc) -> Lease:
         """The lease as its holder must see it: ending ``max_clock_skew`` early."""

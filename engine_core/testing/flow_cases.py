@@ -121,9 +121,11 @@ class FlowCases:
         found = await store.find_delayed_runs(now + timedelta(seconds=10), 10)
         assert [r.run_id for r in found] == ["q-soon", "bare", "q-later"]
         assert [r.run_id for r in await store.find_delayed_runs(now, 10)] == []
-        released = await store.release_delayed_runs(["q-soon", "bare", "missing"])
+        soon_and_bare = found[:2]
+        missing = queued("missing", not_before=now)
+        released = await store.release_delayed_runs([*soon_and_bare, missing])
         assert sorted(r.run_id for r in released) == ["bare", "q-soon"]
-        assert await store.release_delayed_runs(["q-soon"]) == []
+        assert await store.release_delayed_runs(soon_and_bare[:1]) == []
         bare = await store.get_run("bare")
         assert bare is not None and bare.status == "running" and bare.pending_pass
         assert bare.not_before is None
