@@ -1,6 +1,5 @@
 """engine_core: a storage-agnostic durable workflow engine for asyncio."""
 
-from engine_core.context import StepInfo, WorkflowContext, current_step
 from engine_core.engine import Engine
 from engine_core.errors import (
     DuplicateRunError,
@@ -21,9 +20,10 @@ from engine_core.errors import (
     WorkflowRunCancelledError,
     WorkflowRunFailedError,
 )
+from engine_core.fleet.recovery import RecoveryReport, WorkflowRecovery
 from engine_core.mirror import RunMirror
-from engine_core.recovery import RecoveryReport, WorkflowRecovery
-from engine_core.schedule_times import Schedule
+from engine_core.run.context import StepInfo, WorkflowContext, current_step
+from engine_core.schedules.times import Schedule
 from engine_core.status import QueueStatus, RunStatus, StepStatus, TimelineEntry
 from engine_core.store import Store
 from engine_core.tracing import TraceIdFilter

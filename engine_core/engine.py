@@ -18,20 +18,20 @@ from engine_core.durations import Duration, parse_duration
 from engine_core.errors import (
     InvalidRunIdError,
 )
+from engine_core.fleet.recovery import RecoveryReport, WorkflowRecovery
+from engine_core.flow.queue_figures import queue_figures
+from engine_core.flow.queues import add_queue, declare
+from engine_core.flow.starts import check_registered, hold_first_pass, new_run
 from engine_core.host import Host
 from engine_core.mirror import RunMirror, mirror_run
-from engine_core.queue_figures import queue_figures
-from engine_core.queues import add_queue, declare
 from engine_core.records import (
     TERMINAL,
     utcnow,
 )
-from engine_core.recovery import RecoveryReport, WorkflowRecovery
-from engine_core.results import outcome
+from engine_core.run.results import outcome
 from engine_core.runtime import EngineConfig
-from engine_core.schedule_control import ScheduleControl
-from engine_core.schedule_times import Schedule
-from engine_core.starts import check_registered, hold_first_pass, new_run
+from engine_core.schedules.control import ScheduleControl
+from engine_core.schedules.times import Schedule
 from engine_core.status import QueueStatus, RunStatus, TimelineEntry, fold_status, timeline
 from engine_core.store import Store
 from engine_core.values import (

@@ -14,22 +14,22 @@ from collections.abc import Callable, Coroutine, Sequence
 from datetime import datetime
 from typing import Any
 
-from engine_core.admission import Admission
-from engine_core.control import RunControl
-from engine_core.driver import Driver
+from engine_core.fleet.recovery import WorkflowRecovery
+from engine_core.fleet.timers import Timers
+from engine_core.fleet.waiters import RunWaiters
+from engine_core.fleet.worker import Worker
+from engine_core.flow.admission import Admission
+from engine_core.flow.queue_slots import QueueSlots
+from engine_core.flow.queues import QueueLimits
+from engine_core.flow.run_timers import RunTimers
 from engine_core.mirror import RunMirror
 from engine_core.outages import Outages
-from engine_core.queue_slots import QueueSlots
-from engine_core.queues import QueueLimits
 from engine_core.records import RunRecord
-from engine_core.recovery import WorkflowRecovery
-from engine_core.run_timers import RunTimers
+from engine_core.run.control import RunControl
+from engine_core.run.driver import Driver
 from engine_core.runtime import EngineConfig, JobSlot, StepFn, WorkflowFn
-from engine_core.scheduler import Scheduler, StartRun
+from engine_core.schedules.scheduler import Scheduler, StartRun
 from engine_core.store import Store
-from engine_core.timers import Timers
-from engine_core.waiters import RunWaiters
-from engine_core.worker import Worker
 
 log = logging.getLogger("engine_core")
 

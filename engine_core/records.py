@@ -78,7 +78,7 @@ class RunRecord:
     # Steps settled outside the passes (a worker, a child run) since the last pass began:
     # what a pass that remembers the steps of its previous pass must read again.
     changed: list[str] = field(default_factory=list)
-    # How this run's step keys and child run ids are made (see ``engine_core.keys``):
+    # How this run's step keys and child run ids are made (see ``engine_core.run.keys``):
     # runs stored before names were escaped keep replaying with the old scheme.
     key_scheme: int = 1
     # Flow control (``engine.start(queue=..., ...)``). A ``queued`` run waits for

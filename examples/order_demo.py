@@ -73,9 +73,7 @@ async def work(uri: str) -> None:
 
 
 def start_worker(uri: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "examples.order_demo", "worker", uri], cwd=ROOT
-    )
+    return subprocess.Popen([sys.executable, "-m", "examples.order_demo", "worker", uri], cwd=ROOT)
 
 
 async def orchestrate(uri: str) -> None:
@@ -83,8 +81,9 @@ async def orchestrate(uri: str) -> None:
     first = start_worker(uri)
     second = None
     try:
-        await client.start("order", {"items": ["book"], "card": "4242", "email": "a@b.c"},
-                           run_id=RUN_ID)
+        await client.start(
+            "order", {"items": ["book"], "card": "4242", "email": "a@b.c"}, run_id=RUN_ID
+        )
         say(f"started run {RUN_ID}")
         while True:
             steps = (await client.status(RUN_ID)).steps
@@ -107,8 +106,10 @@ async def orchestrate(uri: str) -> None:
         print("\ntimeline:")
         for entry in await client.history(RUN_ID):
             error = f"  ({entry.error['message']})" if entry.error else ""
-            print(f"  {entry.at:%H:%M:%S.%f}"[:-3] + f"  {entry.step:<9} #{entry.attempt} "
-                  f"{entry.status}{error}")
+            print(
+                f"  {entry.at:%H:%M:%S.%f}"[:-3] + f"  {entry.step:<9} #{entry.attempt} "
+                f"{entry.status}{error}"
+            )
     finally:
         for proc in (first, second):
             if proc is not None and proc.poll() is None:

@@ -9,9 +9,9 @@ from collections import Counter
 from types import SimpleNamespace
 from typing import Any
 
-from engine_core.admission import Admitter
+from engine_core.flow.admission import Admitter
+from engine_core.flow.queues import declare
 from engine_core.outages import Outages
-from engine_core.queues import declare
 from engine_core.records import RunRecord
 from engine_core.store import Store
 from engine_core.testing.flow_cases import queued

@@ -30,7 +30,9 @@ def cli(cli_uri: str) -> Cli:
         done = subprocess.run(
             [sys.executable, "-m", "pikku_mongo.cli", *args],
             env={**os.environ, "MONGODB_URI": cli_uri},
-            capture_output=True, text=True, timeout=60,
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
         if ok:
             assert done.returncode == 0, done.stderr
@@ -130,11 +132,19 @@ def test_errors_are_one_line_with_a_non_zero_exit(cli: Cli, cli_uri: str) -> Non
     assert missing.stderr.strip() == "pikku-mongo: no run has id 'nope'"
     bad = cli("prune", "--older-than", "soon", ok=False)
     assert bad.returncode == 1 and len(bad.stderr.strip().splitlines()) == 1
-    no_uri = subprocess.run([sys.executable, "-m", "pikku_mongo.cli", "runs", "list"],
-                            env={k: v for k, v in os.environ.items() if k != "MONGODB_URI"},
-                            capture_output=True, text=True, timeout=60)
+    no_uri = subprocess.run(
+        [sys.executable, "-m", "pikku_mongo.cli", "runs", "list"],
+        env={k: v for k, v in os.environ.items() if k != "MONGODB_URI"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert no_uri.returncode == 1 and "MONGODB_URI" in no_uri.stderr
-    no_db = subprocess.run([sys.executable, "-m", "pikku_mongo.cli", "runs", "list"],
-                           env={**os.environ, "MONGODB_URI": "mongodb://127.0.0.1:1/"},
-                           capture_output=True, text=True, timeout=60)
+    no_db = subprocess.run(
+        [sys.executable, "-m", "pikku_mongo.cli", "runs", "list"],
+        env={**os.environ, "MONGODB_URI": "mongodb://127.0.0.1:1/"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert no_db.returncode == 1 and len(no_db.stderr.strip().splitlines()) == 1

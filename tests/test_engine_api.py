@@ -197,9 +197,7 @@ async def test_current_step_is_none_outside_a_step(engine: Engine) -> None:
         info = await engine.result(run_id, timeout=10)
     assert seen == [None, None]
     assert info["run_id"] == "r-1" and info["step"] == "inside" and info["attempt"] == 1
-    assert info["idempotency_key"] == str(
-        uuid.uuid5(uuid.NAMESPACE_URL, '["r-1", "inside"]')
-    )
+    assert info["idempotency_key"] == str(uuid.uuid5(uuid.NAMESPACE_URL, '["r-1", "inside"]'))
 
 
 async def test_list_runs_filters_and_pages(engine: Engine) -> None:

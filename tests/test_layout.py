@@ -16,25 +16,33 @@ ROOT = Path(__file__).resolve().parents[1]
 #: strictly below its own.
 LAYERS: list[set[str]] = [
     {"errors", "records", "tasks", "tracing"},
-    {"cloning", "results"},
-    {"durations", "values", "store", "mirror", "journal", "timers", "outages"},
-    {"keys", "queues", "schedule_times", "memory_flow", "memory_events"},
+    {"memory.cloning", "run.results"},
+    {"durations", "values", "store", "mirror", "journal", "fleet.timers", "outages"},
+    {
+        "run.keys",
+        "flow.queues",
+        "schedules.times",
+        "memory.flow",
+        "memory.events",
+        "memory.steps",
+    },
+    {"memory.store"},
     {
         "status",
-        "waiters",
+        "fleet.waiters",
         "memory",
         "runtime",
-        "context",
-        "transitions",
-        "leases",
-        "queue_slots",
-        "starts",
+        "run.context",
+        "run.transitions",
+        "run.leases",
+        "flow.queue_slots",
+        "flow.starts",
     },
     {"testing.builders"},
     {
-        "attempt",
-        "control",
-        "queue_figures",
+        "run.attempt",
+        "run.control",
+        "flow.queue_figures",
         "testing.run_cases",
         "testing.step_cases",
         "testing.event_lease_cases",
@@ -43,15 +51,35 @@ LAYERS: list[set[str]] = [
     },
     {"testing.conformance"},
     {"testing"},
-    {"pass_state"},
-    {"inline", "waits"},
-    {"run_pass"},
-    {"driver", "worker", "recovery", "admission", "run_timers", "scheduler"},
-    {"schedule_control"},
+    {"run.pass_state"},
+    {"run.inline", "run.waits"},
+    {"run.run_pass"},
+    {
+        "run.driver",
+        "fleet.worker",
+        "fleet.recovery",
+        "flow.admission",
+        "flow.run_timers",
+        "schedules.scheduler",
+    },
+    {"schedules.control"},
+    {"run", "fleet", "flow", "schedules"},
     {"host"},
     {"engine"},
     {"__init__"},
 ]
+
+#: engine_core's wings, lowest first: the modules at the top of the package that every
+#: wing shares ("core"), the wings, then what faces the user ("front"). A module may
+#: import from its own wing and the wings below it, never from one above.
+WINGS: list[str] = ["core", "memory", "testing", "run", "fleet", "flow", "schedules", "front"]
+FRONT = {"host", "engine", "__init__"}
+
+
+def _wing(module: str) -> str:
+    if "." in module or module in WINGS:
+        return module.split(".")[0]
+    return "front" if module in FRONT else "core"
 
 
 def _module_name(path: Path, package: Path) -> str:
@@ -104,6 +132,55 @@ def test_engine_core_imports_run_down_the_layers_only() -> None:
         if layer_of[dep] >= layer_of[module]
     ]
     assert upward == []
+
+
+def test_wings_import_one_way() -> None:
+    rank = {wing: i for i, wing in enumerate(WINGS)}
+    upward = sorted(
+        f"{module} ({_wing(module)}) imports {dep} ({_wing(dep)})"
+        for module, deps in _graph("engine_core").items()
+        for dep in deps
+        if rank[_wing(dep)] > rank[_wing(module)]
+    )
+    assert upward == []
+
+
+def test_the_wing_graph_has_no_circle() -> None:
+    edges = {
+        (_wing(module), _wing(dep))
+        for module, deps in _graph("engine_core").items()
+        for dep in deps
+        if _wing(dep) != _wing(module)
+    }
+    assert all((b, a) not in edges for a, b in edges)
+
+
+def test_the_top_of_engine_core_holds_only_what_every_wing_shares_or_the_user_sees() -> None:
+    top = {p.stem for p in (ROOT / "engine_core").glob("*.py")}
+    assert top == FRONT | {
+        "errors",
+        "records",
+        "tasks",
+        "tracing",
+        "durations",
+        "values",
+        "store",
+        "mirror",
+        "journal",
+        "outages",
+        "status",
+        "runtime",
+    }
+
+
+def test_no_source_file_is_over_about_500_lines() -> None:
+    long = {
+        str(path.relative_to(ROOT)): n
+        for folder in ("engine_core", "pikku_mongo", "tests", "benchmarks", "scripts", "examples")
+        for path in (ROOT / folder).rglob("*.py")
+        if ".venv" not in path.parts and (n := len(path.read_text().splitlines())) > 520
+    }
+    assert long == {}
 
 
 def test_only_the_package_front_reaches_the_engine() -> None:

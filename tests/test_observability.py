@@ -56,10 +56,15 @@ async def test_each_attempt_is_a_span_in_the_runs_trace(
     assert run is not None
     parsed = parse_traceparent(run.wire["traceparent"])
     assert parsed is not None
-    finished = [s for s in spans.get_finished_spans() if s.attributes
-                and s.attributes.get("workflow.run_id") == run_id]
+    finished = [
+        s
+        for s in spans.get_finished_spans()
+        if s.attributes and s.attributes.get("workflow.run_id") == run_id
+    ]
     assert [(s.name, s.attributes["workflow.attempt"]) for s in finished] == [  # type: ignore[index]
-        ("one", 1), ("two", 1), ("two", 2)
+        ("one", 1),
+        ("two", 1),
+        ("two", 2),
     ]
     assert {format(s.context.trace_id, "032x") for s in finished} == {parsed[0]}
     failed = finished[1]
@@ -158,8 +163,12 @@ async def test_history_is_a_timeline_of_every_attempt(engine: Engine) -> None:
         await engine.result(run_id, timeout=10)
     entries = [(e.step, e.attempt, e.status) for e in await engine.history(run_id)]
     assert entries == [
-        ("s", 1, "running"), ("s", 1, "failed"), ("s", 2, "running"), ("s", 2, "succeeded"),
-        ("nap", 0, "scheduled"), ("nap", 1, "succeeded"),
+        ("s", 1, "running"),
+        ("s", 1, "failed"),
+        ("s", 2, "running"),
+        ("s", 2, "succeeded"),
+        ("nap", 0, "scheduled"),
+        ("nap", 1, "succeeded"),
     ]
 
 
@@ -189,9 +198,14 @@ async def test_the_recovered_attempt_is_in_the_same_trace(
     await second.store.request_pass(run_id)
     await second.drive(run_id)
     assert await second.result(run_id, timeout=5) == "recovered"
-    mine = [s for s in spans.get_finished_spans()
-            if s.attributes and s.attributes.get("workflow.run_id") == run_id]
+    mine = [
+        s
+        for s in spans.get_finished_spans()
+        if s.attributes and s.attributes.get("workflow.run_id") == run_id
+    ]
     assert [(s.name, s.attributes["workflow.attempt"]) for s in mine] == [  # type: ignore[index]
-        ("before", 1), ("fragile", 1), ("fragile", 2)
+        ("before", 1),
+        ("fragile", 1),
+        ("fragile", 2),
     ]
     assert len({s.context.trace_id for s in mine}) == 1

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from engine_core import Engine, WorkflowContext, WorkflowRunFailedError
-from engine_core.recovery import BACKOFF_MAX_S, BACKOFF_START_S, RedispatchBackoff
+from engine_core.fleet.recovery import BACKOFF_MAX_S, BACKOFF_START_S, RedispatchBackoff
 
 
 def register_sleeper(engine: Engine, delay: str) -> None:

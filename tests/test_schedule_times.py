@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine_core import InvalidScheduleError
-from engine_core.schedule_times import (
+from engine_core.schedules.times import (
     ScheduleSpec,
     fire_run_id,
     latest_fire,

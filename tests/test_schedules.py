@@ -23,7 +23,7 @@ from engine_core import (
 )
 from engine_core.memory import InMemoryStore
 from engine_core.records import utcnow
-from engine_core.schedule_times import fire_run_id, make_spec, next_fire
+from engine_core.schedules.times import fire_run_id, make_spec, next_fire
 
 
 def _register(engine: Engine, seen: list[Any] | None = None) -> None:

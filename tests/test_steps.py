@@ -96,7 +96,9 @@ async def test_retries_with_fixed_delay_count_attempts(engine: Engine) -> None:
     assert (step.status, step.attempts) == ("succeeded", 3)
     timeline = [e for e in await engine.history(run_id) if e.step == "call"]
     assert [(e.attempt, e.status) for e in timeline if e.status != "running"] == [
-        (1, "failed"), (2, "failed"), (3, "succeeded")
+        (1, "failed"),
+        (2, "failed"),
+        (3, "succeeded"),
     ]
 
 
@@ -150,8 +152,13 @@ async def test_step_failure_surfaces_in_the_body_and_can_be_caught(engine: Engin
         try:
             await ctx.step("charge", broken, retries=1)
         except StepFailedError as exc:
-            seen.update(step=exc.step, attempts=exc.attempts, error_type=exc.error_type,
-                        message=str(exc), cause=type(exc.__cause__).__name__)
+            seen.update(
+                step=exc.step,
+                attempts=exc.attempts,
+                error_type=exc.error_type,
+                message=str(exc),
+                cause=type(exc.__cause__).__name__,
+            )
             await ctx.sleep("then", "10ms")  # a later pass replays the failure
             return "handled"
         return "unreachable"
@@ -194,7 +201,9 @@ async def test_an_escaping_step_failure_fails_the_run_with_its_fields(engine: En
     assert status.error is not None
     assert status.error["type"] == "StepFailedError"
     assert (status.error["step"], status.error["attempts"], status.error["error_type"]) == (
-        "boom", 3, "ValueError"
+        "boom",
+        3,
+        "ValueError",
     )
     assert raised.value.error == status.error
     assert status.steps["boom"].attempts == 3

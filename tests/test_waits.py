@@ -204,8 +204,7 @@ async def test_gathered_dispatches_all_complete(engine: Engine) -> None:
 
     @engine.workflow("squares")
     async def squares(ctx: WorkflowContext, data: Any) -> list[int]:
-        return list(await asyncio.gather(*(ctx.dispatch(f"sq-{i}", "square", i)
-                                           for i in range(5))))
+        return list(await asyncio.gather(*(ctx.dispatch(f"sq-{i}", "square", i) for i in range(5))))
 
     async with engine:
         run_id = await engine.start("squares")

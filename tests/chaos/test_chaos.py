@@ -76,7 +76,7 @@ async def test_sleeps_wake_at_their_original_time_after_a_crash(
     fleet.spawn()
     for run_id in runs:
         woke_at = await client.result(run_id, timeout=60)
-        nap = (await client.store.get_step(run_id, "nap"))
+        nap = await client.store.get_step(run_id, "nap")
         assert nap is not None and nap.due_at is not None
         due = nap.due_at.timestamp()
         # Woken at the original wake time (within polling slack), not 3 s after restart.
@@ -147,10 +147,17 @@ async def test_three_instances_recovering_at_once_resume_each_run_once(
     old = utcnow() - timedelta(minutes=10)
     runs = [f"stalled-{i}" for i in range(20)]
     for run_id in runs:
-        await client.store.insert_run(RunRecord(
-            run_id=run_id, workflow="pass-counter", status="running", input=None,
-            created_at=old, updated_at=old, pending_pass=False,
-        ))
+        await client.store.insert_run(
+            RunRecord(
+                run_id=run_id,
+                workflow="pass-counter",
+                status="running",
+                input=None,
+                created_at=old,
+                updated_at=old,
+                pending_pass=False,
+            )
+        )
     procs = [fleet.spawn("--stalled-after", "1m", wait=False) for _ in range(3)]
     for proc in procs:
         fleet.wait_ready(proc)

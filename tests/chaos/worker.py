@@ -93,8 +93,12 @@ def register(engine: Engine, functions: bool, workflows: bool) -> None:
     @engine.workflow("dispatchy")
     async def dispatchy(ctx: WorkflowContext, data: Any) -> Any:
         jobs = [
-            ctx.dispatch(f"job-{i}", "chaos-job", {"n": i, "seconds": data.get("seconds", 0.05)},
-                         retries=data.get("retries", 3))
+            ctx.dispatch(
+                f"job-{i}",
+                "chaos-job",
+                {"n": i, "seconds": data.get("seconds", 0.05)},
+                retries=data.get("retries", 3),
+            )
             for i in range(data.get("jobs", 1))
         ]
         return await asyncio.gather(*jobs)

@@ -28,9 +28,7 @@ def entry(step: str, attempt: int, status: str, ms: float, **kw: Any) -> Timelin
 
 
 def run(status: str = "completed", steps: dict[str, StepStatus] | None = None) -> RunStatus:
-    return RunStatus(
-        "r", "wf", status, None, None, steps or {}, created_at=T0, updated_at=at(1000)
-    )
+    return RunStatus("r", "wf", status, None, None, steps or {}, created_at=T0, updated_at=at(1000))
 
 
 def test_attempts_retries_and_waits_become_spans() -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-import engine_core.worker
+import engine_core.fleet.worker
 from engine_core import Engine, WorkflowContext
 from pikku_mongo import MongoStore
 from tests.conftest import with_database
@@ -58,8 +58,8 @@ async def test_an_idle_worker_elsewhere_is_woken_by_the_stream(
     nx_uri: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # An idle worker that, left to its backoff, would not look again for a minute.
-    monkeypatch.setattr(engine_core.worker, "IDLE_MIN_S", 60.0)
-    monkeypatch.setattr(engine_core.worker, "IDLE_MAX_S", 60.0)
+    monkeypatch.setattr(engine_core.fleet.worker, "IDLE_MIN_S", 60.0)
+    monkeypatch.setattr(engine_core.fleet.worker, "IDLE_MAX_S", 60.0)
     uri = with_database(nx_uri, f"cs_{uuid.uuid4().hex[:10]}")
     orchestrator = Engine(MongoStore.from_uri(uri))
     worker = Engine(MongoStore.from_uri(uri))

@@ -54,10 +54,17 @@ async def test_concurrent_claims_from_four_processes(
     await store.init()
     due = utcnow() - timedelta(seconds=1)
     for i in range(STEPS):
-        await store.insert_step(StepRecord(
-            run_id=f"run-{i % 50}", key=f"step-{i:03d}", kind="dispatch", status="scheduled",
-            function="race", due_at=due, scheduled_at=due,
-        ))
+        await store.insert_step(
+            StepRecord(
+                run_id=f"run-{i % 50}",
+                key=f"step-{i:03d}",
+                kind="dispatch",
+                status="scheduled",
+                function="race",
+                due_at=due,
+                scheduled_at=due,
+            )
+        )
     context = multiprocessing.get_context("spawn")
     barrier_at = time.time() + 3.0  # every process has connected by then
     outputs = [f"{tmp_path}/claims-{n}.json" for n in range(PROCESSES)]

@@ -514,4 +514,3 @@ async def test_same_observable_results_as_the_memory_store(mongo: MongoStore) ->
         return out
 
     assert await script(mongo) == await script(memory)
-

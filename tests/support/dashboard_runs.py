@@ -120,7 +120,12 @@ async def seed_runs(engine: Engine) -> dict[str, str]:
     await engine.cancel(ids["compensating"], compensate=True)
     # Queued with nobody serving, so it stays queued.
     await engine.start(
-        "waits", {"id": "queued"}, run_id=ids["queued"], queue=QUEUE, key="eu", priority=5,
+        "waits",
+        {"id": "queued"},
+        run_id=ids["queued"],
+        queue=QUEUE,
+        key="eu",
+        priority=5,
         deadline="1h",
     )
     ids["child"] = f"{ids['completed']}:ship"

@@ -17,16 +17,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from engine_core.control import RunControl
 from engine_core.errors import StoreUnavailableError
 from engine_core.journal import merged_steps
-from engine_core.leases import holding
 from engine_core.records import TERMINAL, RunRecord, StepPage, StepRecord, utcnow
+from engine_core.run.control import RunControl
+from engine_core.run.leases import holding
 from engine_core.runtime import Runtime
 from engine_core.store import Store
 from engine_core.tasks import cancel_and_wait
 
-log = logging.getLogger("engine_core.recovery")
+log = logging.getLogger("engine_core.fleet.recovery")
 
 RECOVERY_LEASE = "workflow-recovery"
 PAGE_SIZE = 500

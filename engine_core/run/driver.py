@@ -13,11 +13,11 @@ import functools
 from collections import OrderedDict
 from collections.abc import Callable
 
-from engine_core.control import RunControl
 from engine_core.errors import StoreUnavailableError
-from engine_core.leases import KeepAlive
 from engine_core.records import ACTIVE, RunRecord, StepRecord
-from engine_core.run_pass import PassEnd, RunPass
+from engine_core.run.control import RunControl
+from engine_core.run.leases import KeepAlive
+from engine_core.run.run_pass import PassEnd, RunPass
 from engine_core.runtime import Runtime
 from engine_core.store import Store
 

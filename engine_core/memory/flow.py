@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
-from engine_core.cloning import clone
+from engine_core.memory.cloning import clone
 from engine_core.records import (
     TERMINAL,
     LinePage,
@@ -18,7 +18,7 @@ from engine_core.records import (
 
 
 class FlowMemory:
-    """The flow-control and schedule methods of :class:`~engine_core.memory.InMemoryStore`."""
+    """The flow-control and schedule methods of :class:`~engine_core.memory.store.InMemoryStore`."""
 
     _runs: dict[str, RunRecord]
     _queues: dict[str, QueueState]

@@ -5,12 +5,12 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from engine_core.cloning import clone
+from engine_core.memory.cloning import clone
 from engine_core.records import EventRecord, Lease, utcnow
 
 
 class EventLeaseMemory:
-    """The event and lease methods of :class:`~engine_core.memory.InMemoryStore`."""
+    """The event and lease methods of :class:`~engine_core.memory.store.InMemoryStore`."""
 
     _events: list[EventRecord]
     _leases: dict[str, Lease]

@@ -14,8 +14,6 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from engine_core.attempt import error_info, run_attempt
-from engine_core.context import StepInfo
 from engine_core.durations import (
     Duration,
     check_retry_delay,
@@ -23,9 +21,11 @@ from engine_core.durations import (
     retry_delay_seconds,
 )
 from engine_core.errors import NotSerializableError, StepFailedError
-from engine_core.pass_state import Parked, PassState, stored_failure
 from engine_core.records import StepKind, utcnow
-from engine_core.transitions import attempt_ended, attempt_lost
+from engine_core.run.attempt import error_info, run_attempt
+from engine_core.run.context import StepInfo
+from engine_core.run.pass_state import Parked, PassState, stored_failure
+from engine_core.run.transitions import attempt_ended, attempt_lost
 from engine_core.values import check_retries, idempotency_key
 
 log = logging.getLogger("engine_core")

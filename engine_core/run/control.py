@@ -16,7 +16,6 @@ from datetime import datetime
 from typing import Any
 
 from engine_core.errors import RunNotFoundError
-from engine_core.keys import CURRENT_SCHEME
 from engine_core.mirror import mirror_run, mirror_step
 from engine_core.records import (
     STOPPABLE,
@@ -27,9 +26,10 @@ from engine_core.records import (
     StepRecord,
     utcnow,
 )
+from engine_core.run.keys import CURRENT_SCHEME
+from engine_core.run.transitions import child_ended, retried, told, write
 from engine_core.runtime import Runtime
 from engine_core.store import Store
-from engine_core.transitions import child_ended, retried, told, write
 from engine_core.values import check_name, check_run_id, to_stored
 
 log = logging.getLogger("engine_core")

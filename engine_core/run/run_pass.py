@@ -12,16 +12,16 @@ import asyncio
 from collections.abc import Callable
 from typing import Any, Literal
 
-import engine_core.inline as inline
-import engine_core.waits as waits
-from engine_core.attempt import error_info
-from engine_core.context import WorkflowContext
+import engine_core.run.inline as inline
+import engine_core.run.waits as waits
 from engine_core.durations import Duration
 from engine_core.errors import NotSerializableError, StepFailedError, StoreUnavailableError
-from engine_core.keys import compensation_key
 from engine_core.outages import StoreDown
-from engine_core.pass_state import SIGNALS, Parked, PassState, Stopped
 from engine_core.records import RunState, StepRecord, utcnow
+from engine_core.run.attempt import error_info
+from engine_core.run.context import WorkflowContext
+from engine_core.run.keys import compensation_key
+from engine_core.run.pass_state import SIGNALS, Parked, PassState, Stopped
 from engine_core.tracing import run_log_context
 from engine_core.values import check_fits, to_stored
 

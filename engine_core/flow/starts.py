@@ -9,9 +9,9 @@ from typing import Any
 
 from engine_core.durations import Duration, parse_duration
 from engine_core.errors import WorkflowNotRegisteredError
-from engine_core.keys import CURRENT_SCHEME
-from engine_core.queues import QueueLimits, check_priority, declared
+from engine_core.flow.queues import QueueLimits, check_priority, declared
 from engine_core.records import RunRecord, utcnow
+from engine_core.run.keys import CURRENT_SCHEME
 from engine_core.tracing import new_run_traceparent
 from engine_core.values import check_name, check_run_id, to_stored
 

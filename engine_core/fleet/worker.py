@@ -9,19 +9,19 @@ from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from typing import Any
 
-from engine_core.attempt import error_info, run_attempt
-from engine_core.context import StepInfo
-from engine_core.control import RunControl
 from engine_core.durations import retry_delay_seconds
 from engine_core.errors import StoreUnavailableError
-from engine_core.leases import KeepAlive
 from engine_core.mirror import mirror_step
 from engine_core.records import StepRecord, utcnow
+from engine_core.run.attempt import error_info, run_attempt
+from engine_core.run.context import StepInfo
+from engine_core.run.control import RunControl
+from engine_core.run.leases import KeepAlive
+from engine_core.run.transitions import Outcome, job_ended, job_returned, job_unclaimed, write
 from engine_core.runtime import Runtime
 from engine_core.store import Store
 from engine_core.tasks import cancel_and_wait, wait_event
 from engine_core.tracing import run_log_context
-from engine_core.transitions import Outcome, job_ended, job_returned, job_unclaimed, write
 from engine_core.values import check_fits, idempotency_key
 
 log = logging.getLogger("engine_core")

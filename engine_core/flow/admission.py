@@ -24,13 +24,13 @@ import time
 from collections import Counter
 from datetime import datetime, timedelta
 
-from engine_core.queues import QueueLimits
+from engine_core.flow.queues import QueueLimits
 from engine_core.records import TERMINAL, QueueState, RunRecord, utcnow
 from engine_core.runtime import Runtime
 from engine_core.store import Store
 from engine_core.tasks import cancel_and_wait, wait_event
 
-log = logging.getLogger("engine_core.admission")
+log = logging.getLogger("engine_core.flow.admission")
 
 #: Runs admitted by one round at most; also how much of the line a round reads.
 BATCH = 100

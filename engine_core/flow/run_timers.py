@@ -15,14 +15,14 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from engine_core.control import RunControl
+from engine_core.fleet.timers import Timers
 from engine_core.records import TERMINAL, RunRecord, utcnow
+from engine_core.run.control import RunControl
 from engine_core.runtime import Runtime
 from engine_core.store import Store
 from engine_core.tasks import cancel_and_wait
-from engine_core.timers import Timers
 
-log = logging.getLogger("engine_core.run_timers")
+log = logging.getLogger("engine_core.flow.run_timers")
 
 #: Runs one sweep query reads at most.
 SWEEP_BATCH = 1000

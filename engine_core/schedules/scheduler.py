@@ -33,7 +33,7 @@ from typing import Any
 from engine_core.errors import StoreUnavailableError
 from engine_core.outages import Outages
 from engine_core.records import ScheduleRecord, utcnow
-from engine_core.schedule_times import (
+from engine_core.schedules.times import (
     ScheduleSpec,
     fire_run_id,
     latest_fire,
@@ -42,7 +42,7 @@ from engine_core.schedule_times import (
 from engine_core.store import Store
 from engine_core.tasks import cancel_and_wait, wait_event
 
-log = logging.getLogger("engine_core.scheduler")
+log = logging.getLogger("engine_core.schedules.scheduler")
 
 #: The longest the loop sleeps before it reads the schedules again (seconds).
 REREAD_S = 1.0

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engine_core.queues import QueueLimits
+from engine_core.flow.queues import QueueLimits
 from engine_core.records import utcnow
 from engine_core.status import QueueStatus
 from engine_core.store import Store

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from engine_core.queues import QueueLimits
+from engine_core.flow.queues import QueueLimits
 from engine_core.records import RunRecord
 
 #: Runs remembered per queue for a slot that frees here.

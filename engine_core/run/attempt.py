@@ -8,8 +8,8 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from engine_core.context import StepInfo, enter_step, leave_step
 from engine_core.errors import StepFailedError
+from engine_core.run.context import StepInfo, enter_step, leave_step
 from engine_core.tracing import attempt_span, record_failure, tracing_configured
 from engine_core.values import to_stored
 

@@ -21,16 +21,16 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any, NoReturn, TypeVar
 
-from engine_core.control import RunControl
 from engine_core.errors import StepFailedError
 from engine_core.journal import FLUSH_AT, LARGE_OUTCOME, merged
-from engine_core.keys import step_key
 from engine_core.mirror import mirror_step
 from engine_core.outages import StoreDown
 from engine_core.records import RunRecord, RunState, StepRecord, utcnow
+from engine_core.run.control import RunControl
+from engine_core.run.keys import step_key
+from engine_core.run.transitions import Transition
 from engine_core.runtime import Runtime
 from engine_core.store import Store
-from engine_core.transitions import Transition
 from engine_core.values import check_name, stored_size
 
 log = logging.getLogger("engine_core")

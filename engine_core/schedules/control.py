@@ -1,5 +1,5 @@
 """Schedules as the client API sees them: create, pause, resume, delete and list
-(the firing is :mod:`engine_core.scheduler`'s)."""
+(the firing is :mod:`engine_core.schedules.scheduler`'s)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from typing import Any
 
 from engine_core.durations import Duration
 from engine_core.errors import InvalidNameError, ScheduleNotFoundError
+from engine_core.flow.starts import check_registered
 from engine_core.records import ScheduleRecord, utcnow
-from engine_core.schedule_times import RUN_ID_SUFFIX_LENGTH, Schedule, make_spec, next_fire
-from engine_core.scheduler import spec_of
-from engine_core.starts import check_registered
+from engine_core.schedules.scheduler import spec_of
+from engine_core.schedules.times import RUN_ID_SUFFIX_LENGTH, Schedule, make_spec, next_fire
 from engine_core.store import Store
 from engine_core.values import MAX_RUN_ID_LENGTH, check_name, to_stored
 

@@ -7,20 +7,18 @@ with the store.
 
 from __future__ import annotations
 
-import bisect
-from collections.abc import AsyncIterator, Iterable, Sequence
-from dataclasses import fields
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from engine_core.cloning import clone
 from engine_core.errors import DuplicateRunError
-from engine_core.memory_events import EventLeaseMemory
-from engine_core.memory_flow import FlowMemory
+from engine_core.memory.cloning import clone
+from engine_core.memory.events import EventLeaseMemory
+from engine_core.memory.flow import FlowMemory
+from engine_core.memory.steps import StepMemory
 from engine_core.records import (
     ACTIVE,
     TERMINAL,
-    AttemptEntry,
     EventRecord,
     InflightStep,
     Lease,
@@ -28,16 +26,12 @@ from engine_core.records import (
     RunRecord,
     RunState,
     ScheduleRecord,
-    StepGuard,
-    StepPage,
     StepRecord,
     utcnow,
 )
 
-_STEP_FIELDS = frozenset(f.name for f in fields(StepRecord))
 
-
-class InMemoryStore(EventLeaseMemory, FlowMemory):
+class InMemoryStore(StepMemory, EventLeaseMemory, FlowMemory):
     """A single-process store that keeps everything in dicts."""
 
     def __init__(self) -> None:
@@ -323,160 +317,6 @@ class InMemoryStore(EventLeaseMemory, FlowMemory):
         self._events = [e for e in self._events if e.run_id not in gone]
         return len(doomed)
 
-    # ---- steps ------------------------------------------------------------------
-
-    async def load_steps(self, run_id: str) -> list[StepRecord]:
-        return [clone(s) for (rid, _), s in self._steps.items() if rid == run_id]
-
-    async def get_step(self, run_id: str, key: str) -> StepRecord | None:
-        step = self._steps.get((run_id, key))
-        return clone(step) if step is not None else None
-
-    async def get_steps(self, run_id: str, keys: Iterable[str]) -> list[StepRecord]:
-        found = (self._steps.get((run_id, key)) for key in set(keys))
-        return [clone(s) for s in found if s is not None]
-
-    async def save_steps(self, steps: Sequence[StepRecord]) -> None:
-        for step in steps:
-            stored = self._steps.get((step.run_id, step.key))
-            if stored is None or stored.attempts <= step.attempts:
-                self._steps[(step.run_id, step.key)] = clone(step)
-                self._scheduled = None
-
-    async def insert_step(self, step: StepRecord) -> bool:
-        if (step.run_id, step.key) in self._steps:
-            return False
-        self._steps[(step.run_id, step.key)] = clone(step)
-        self._scheduled = None
-        return True
-
-    def job_hints(self) -> AsyncIterator[None] | None:
-        return None  # one process: the engine wakes its worker itself
-
-    async def update_step(
-        self,
-        run_id: str,
-        key: str,
-        *,
-        guard: StepGuard,
-        changes: dict[str, Any],
-        entry: AttemptEntry | None = None,
-    ) -> bool:
-        unknown = set(changes) - _STEP_FIELDS
-        if unknown:
-            raise ValueError(f"unknown step fields {sorted(unknown)}")
-        step = self._steps.get((run_id, key))
-        if step is None:
-            return False
-        self._scheduled = None
-        if not _matches(step, guard):
-            return False
-        for name, value in clone(changes).items():
-            setattr(step, name, value)
-        if entry is not None:
-            step.history.append(clone(entry))
-        return True
-
-    async def find_unnotified_steps(self, before: datetime, limit: int) -> list[StepRecord]:
-        found = sorted(
-            (
-                s
-                for s in self._steps.values()
-                if not s.notified and s.updated_at is not None and s.updated_at < before
-            ),
-            key=lambda s: (s.updated_at or before, s.run_id, s.key),
-        )
-        return [clone(s) for s in found[:limit]]
-
-    async def claim_steps(
-        self, functions: Sequence[str], *, holder: str, claim_ttl: float, limit: int
-    ) -> list[StepRecord]:
-        now = utcnow()
-        wanted = set(functions)
-        due = sorted(
-            (
-                s
-                for s in self._steps.values()
-                if s.kind == "dispatch"
-                and not s.halted
-                and s.function in wanted
-                and s.status == "scheduled"
-                and s.due_at is not None
-                and s.due_at <= now
-            ),
-            key=_step_order,
-        )[: max(0, limit)]
-        if due:
-            self._scheduled = None
-        for step in due:
-            step.status = "running"
-            step.attempts += 1
-            step.claim_holder = holder
-            step.claim_expires_at = now + timedelta(seconds=claim_ttl)
-            step.updated_at = now
-        return [clone(s) for s in due]
-
-    async def find_claims(self, holder: str) -> list[StepRecord]:
-        return [
-            clone(s)
-            for s in self._steps.values()
-            if s.kind == "dispatch" and s.status == "running" and s.claim_holder == holder
-        ]
-
-    async def requeue_lapsed_claims(self) -> int:
-        now = utcnow()
-        lapsed = [
-            s
-            for s in self._steps.values()
-            if s.kind == "dispatch"
-            and s.status == "running"
-            and s.claim_expires_at is not None
-            and s.claim_expires_at < now
-        ]
-        for step in lapsed:
-            step.status = "scheduled"
-            step.due_at = now
-            step.claim_holder = None
-            step.claim_expires_at = None
-            step.updated_at = now
-        if lapsed:
-            self._scheduled = None
-        return len(lapsed)
-
-    async def extend_claim(
-        self, run_id: str, key: str, *, holder: str, attempt: int, claim_ttl: float
-    ) -> bool:
-        step = self._steps.get((run_id, key))
-        if (
-            step is None
-            or step.status != "running"
-            or step.claim_holder != holder
-            or step.attempts != attempt
-        ):
-            return False
-        step.claim_expires_at = utcnow() + timedelta(seconds=claim_ttl)
-        return True
-
-    async def halt_steps(self, run_id: str, halted: bool) -> None:
-        for (rid, _), step in self._steps.items():
-            if rid == run_id and step.kind == "dispatch":
-                step.halted = halted
-
-    async def find_scheduled_steps(
-        self, limit: int, after: StepPage | None = None
-    ) -> list[StepRecord]:
-        if self._scheduled is None:
-            self._scheduled = sorted(
-                _step_order(s)
-                for s in self._steps.values()
-                if s.status == "scheduled" and s.due_at is not None
-            )
-        start = 0
-        if after is not None:
-            start = bisect.bisect_right(self._scheduled, (after.due_at, after.run_id, after.key))
-        page = self._scheduled[start : start + limit]
-        return [clone(self._steps[(run_id, key)]) for _, run_id, key in page]
-
     # ---- operating (the dashboard) ----------------------------------------------
 
     async def count_runs(self, *, workflow: str | None = None) -> dict[str, int]:
@@ -488,18 +328,3 @@ class InMemoryStore(EventLeaseMemory, FlowMemory):
 
     async def list_workflows(self) -> list[str]:
         return sorted({run.workflow for run in self._runs.values()})
-
-
-def _step_order(step: StepRecord) -> tuple[datetime, str, str]:
-    assert step.due_at is not None
-    return (step.due_at, step.run_id, step.key)
-
-
-def _matches(step: StepRecord, guard: StepGuard) -> bool:
-    if guard.status_in is not None and step.status not in guard.status_in:
-        return False
-    if guard.attempts_below is not None and step.attempts >= guard.attempts_below:
-        return False
-    if guard.attempts is not None and step.attempts != guard.attempts:
-        return False
-    return guard.claim_holder is None or step.claim_holder == guard.claim_holder
