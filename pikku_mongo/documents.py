@@ -29,9 +29,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from dataclasses import fields
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any, cast
 
 from engine_core.records import (
@@ -47,11 +46,20 @@ from engine_core.records import (
     StepState,
 )
 from pikku_mongo.checks import check_str
+from pikku_mongo.encoding import (
+    dump_value,
+    from_us,
+    load_value,
+    opt_from_us,
+    opt_to_us,
+    pack,
+    pack_opt,
+    to_us,
+    unpack,
+    unpack_opt,
+)
 
 Doc = dict[str, Any]
-
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_ONE_US = timedelta(microseconds=1)
 
 STEP_FIELDS: frozenset[str] = frozenset(f.name for f in fields(StepRecord))
 #: StepRecord fields stored as JSON text.
@@ -69,67 +77,6 @@ STEP_IDENTITY = frozenset({"run_id", "key"})
 _ID_SEPARATOR = "\x01\x03"
 #: The storage format of this version; see ``MongoStore.init`` for the migration.
 FORMAT = 2
-
-_UNESCAPE = re.compile("\x01(.)", re.DOTALL)
-
-
-# ---- scalars ------------------------------------------------------------------------
-
-
-def pack(value: str) -> str:
-    """Escape NUL order-preservingly: ``\\x00`` -> ``\\x01\\x01``, ``\\x01`` -> ``\\x01\\x02``."""
-    if "\x00" not in value and "\x01" not in value:
-        return value
-    return value.replace("\x01", "\x01\x02").replace("\x00", "\x01\x01")
-
-
-def unpack(value: str) -> str:
-    if "\x01" not in value:
-        return value
-    return _UNESCAPE.sub(lambda m: "\x00" if m.group(1) == "\x01" else "\x01", value)
-
-
-def pack_opt(value: str | None) -> str | None:
-    return None if value is None else pack(value)
-
-
-def unpack_opt(value: Any) -> str | None:
-    return None if value is None else unpack(cast(str, value))
-
-
-def dump_value(value: Any) -> str:
-    """A JSON-shaped value as JSON text (ASCII, so it always encodes as BSON)."""
-    return json.dumps(value, separators=(",", ":"))
-
-
-def load_value(text: Any) -> Any:
-    return None if text is None else json.loads(cast(str, text))
-
-
-def to_us(moment: datetime) -> int:
-    """A time as integer microseconds since the epoch (a naive time is taken as UTC,
-    as PyMongo takes it)."""
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return (moment - EPOCH) // _ONE_US
-
-
-def from_us(value: Any) -> datetime:
-    return EPOCH + timedelta(microseconds=int(value))
-
-
-#: Lower bound for "has a time" (``datetime.min``): ``{"$gte": MIN_TIME}`` matches every
-#: stored time and never null or a missing field, on MongoDB and on both test servers
-#: (``$type`` is not portable, and mongoeco counts null below any number in ``$lte``).
-MIN_TIME = to_us(datetime.min)
-
-
-def opt_to_us(moment: datetime | None) -> int | None:
-    return None if moment is None else to_us(moment)
-
-
-def opt_from_us(value: Any) -> datetime | None:
-    return None if value is None else from_us(value)
 
 
 def inflight_field(key: str) -> str:

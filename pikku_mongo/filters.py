@@ -12,16 +12,14 @@ from typing import Any
 from engine_core.records import AttemptEntry, StepGuard
 from pikku_mongo.checks import check_datetime, check_int, check_str, check_strs
 from pikku_mongo.documents import (
-    MIN_TIME,
     STEP_FIELDS,
     STEP_IDENTITY,
     Doc,
     entry_to_text,
-    pack,
     step_doc_id,
     step_value,
-    to_us,
 )
+from pikku_mongo.encoding import MIN_TIME, pack, to_us
 
 
 def eq(value: Any) -> Doc:

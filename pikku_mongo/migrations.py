@@ -22,7 +22,8 @@ from typing import Any
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import DuplicateKeyError, OperationFailure
 
-from pikku_mongo.documents import FORMAT, step_doc_id, unpack
+from pikku_mongo.documents import FORMAT, step_doc_id
+from pikku_mongo.encoding import unpack
 
 log = logging.getLogger("pikku_mongo.migrations")
 

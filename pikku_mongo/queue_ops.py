@@ -23,17 +23,8 @@ from pymongo.errors import DuplicateKeyError
 from engine_core.records import LinePage, QueueState, RunRecord, utcnow
 from pikku_mongo.batcher import Batcher
 from pikku_mongo.checks import check_datetime, check_int, check_str
-from pikku_mongo.documents import (
-    Doc,
-    from_us,
-    line_bounds,
-    line_key,
-    pack,
-    run_from_doc,
-    to_us,
-    unpack,
-    unpack_opt,
-)
+from pikku_mongo.documents import Doc, line_bounds, line_key, run_from_doc
+from pikku_mongo.encoding import from_us, pack, to_us, unpack, unpack_opt
 from pikku_mongo.filters import eq
 from pikku_mongo.retry import transient_retry
 from pikku_mongo.skew import SkewBound

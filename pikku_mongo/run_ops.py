@@ -29,16 +29,13 @@ from pikku_mongo.checks import (
 )
 from pikku_mongo.documents import (
     ENDED_UNSET,
-    dump_value,
     inflight_entry,
     inflight_field,
-    pack,
     run_from_doc,
     run_to_doc,
     step_to_text,
-    to_us,
-    unpack,
 )
+from pikku_mongo.encoding import dump_value, pack, to_us, unpack
 from pikku_mongo.filters import eq, id_prefix_range
 from pikku_mongo.retry import surface_oversize, transient_retry
 from pikku_mongo.skew import SkewBound

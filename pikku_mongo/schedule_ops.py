@@ -28,7 +28,8 @@ from pikku_mongo.checks import (
     check_seconds,
     check_str,
 )
-from pikku_mongo.documents import Doc, dump_value, from_us, load_value, pack, to_us, unpack
+from pikku_mongo.documents import Doc
+from pikku_mongo.encoding import dump_value, from_us, load_value, pack, to_us, unpack
 from pikku_mongo.filters import eq
 from pikku_mongo.retry import transient_retry
 

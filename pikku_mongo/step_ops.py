@@ -25,14 +25,8 @@ from pikku_mongo.checks import (
     check_str,
     check_strs,
 )
-from pikku_mongo.documents import (
-    entry_from_text,
-    pack,
-    step_doc_id,
-    step_from_doc,
-    step_to_doc,
-    to_us,
-)
+from pikku_mongo.documents import entry_from_text, step_doc_id, step_from_doc, step_to_doc
+from pikku_mongo.encoding import pack, to_us
 from pikku_mongo.filters import (
     check_changes,
     claim_filter,

@@ -78,16 +78,8 @@ from engine_core.durations import Duration, parse_duration
 from engine_core.records import EventRecord, Lease, utcnow
 from pikku_mongo.batcher import Batcher
 from pikku_mongo.checks import check_int, check_str
-from pikku_mongo.documents import (
-    EPOCH,
-    Doc,
-    event_from_doc,
-    event_to_doc,
-    lease_expiry,
-    lease_from_doc,
-    pack,
-    to_us,
-)
+from pikku_mongo.documents import Doc, event_from_doc, event_to_doc, lease_expiry, lease_from_doc
+from pikku_mongo.encoding import EPOCH, pack, to_us
 from pikku_mongo.errors import MissingDatabaseError
 from pikku_mongo.filters import eq
 from pikku_mongo.indexes import create_indexes

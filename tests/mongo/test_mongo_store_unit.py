@@ -39,7 +39,8 @@ from engine_core.records import (
 )
 from engine_core.store import Store
 from pikku_mongo import MissingDatabaseError, MongoStore
-from pikku_mongo.documents import inflight_field, pack, unpack
+from pikku_mongo.documents import inflight_field
+from pikku_mongo.encoding import pack, unpack
 from pikku_mongo.retry import is_transient, transient_retry
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
