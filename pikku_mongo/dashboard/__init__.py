@@ -19,7 +19,8 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
         "pip install 'pikku-mongo[ui]'"
     ) from exc
 
-from pikku_mongo.dashboard.app import NAV, NavItem, dashboard_app
+from pikku_mongo.dashboard.app import dashboard_app
+from pikku_mongo.dashboard.links import NAV, NavItem
 from pikku_mongo.dashboard.security import AuthCallable
 
 __all__ = ["NAV", "AuthCallable", "NavItem", "dashboard_app"]
