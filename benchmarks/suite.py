@@ -42,7 +42,9 @@ from benchmarks.common import (
     server_version,
     summarise,
 )
-from benchmarks.report import Results, full_markdown, save
+from benchmarks.report import save
+from benchmarks.report_markdown import full_markdown
+from benchmarks.results import Results
 
 WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6", "S1", "Q1")
 SYSTEMS = ("memory", "mongo", "dbos")
