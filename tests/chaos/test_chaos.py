@@ -12,7 +12,7 @@ import pytest
 
 from engine_core import Engine, WorkflowRunFailedError
 from engine_core.records import RunRecord, utcnow
-from tests.chaos.conftest import Fleet
+from tests.support.fleet import Fleet
 
 pytestmark = pytest.mark.chaos
 

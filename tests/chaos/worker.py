@@ -13,28 +13,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import signal
 import time
 from typing import Any
 
 from engine_core import Engine, WorkflowContext, current_step
-from pikku_mongo import MongoStore
-
-LOG_PATH = ""
-
-
-def record(kind: str, **extra: Any) -> None:
-    info = current_step()
-    line = {"kind": kind, "pid": os.getpid(), "t": time.time(), **extra}
-    if info is not None:
-        line.update(run=info.run_id, step=info.step, attempt=info.attempt)
-    fd = os.open(LOG_PATH, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, (json.dumps(line) + "\n").encode())
-    finally:
-        os.close(fd)
+from tests.support.execution_log import LOG_PATH, record
+from tests.support.fleet import serve_until_killed, worker_engine, worker_parser
 
 
 async def quick(tag: str) -> str:
@@ -121,34 +107,18 @@ def register(engine: Engine, functions: bool, workflows: bool) -> None:
 
 
 async def serve(args: argparse.Namespace) -> None:
-    engine = Engine(
-        MongoStore.from_uri(args.uri, max_clock_skew=args.max_clock_skew),
-        lease_ttl=args.lease_ttl,
-        recovery_interval=args.recovery_interval,
-        stalled_after=args.stalled_after,
-        undispatched_after=args.lease_ttl,
-        concurrency=args.concurrency,
-    )
+    engine = worker_engine(args, stalled_after=args.stalled_after)
     register(engine, not args.no_functions, not args.no_workflows)
-    async with engine:
-        print("ready", flush=True)
-        await asyncio.Event().wait()
+    await serve_until_killed(engine)
 
 
 def main() -> None:
-    global LOG_PATH
-    parser = argparse.ArgumentParser()
-    parser.add_argument("uri")
-    parser.add_argument("log")
-    parser.add_argument("--lease-ttl", default="1s")
-    parser.add_argument("--max-clock-skew", default="0s")
-    parser.add_argument("--recovery-interval", default="0.5s")
+    parser = worker_parser(lease_ttl="1s", recovery_interval="0.5s", max_clock_skew="0s")
     parser.add_argument("--stalled-after", default="5m")
-    parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--no-functions", action="store_true")
     parser.add_argument("--no-workflows", action="store_true")
     args = parser.parse_args()
-    LOG_PATH = args.log
+    LOG_PATH["path"] = args.log
     asyncio.run(serve(args))
 
 

@@ -5,85 +5,26 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
-import subprocess
-import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from engine_core import Engine
 from pikku_mongo import MongoStore
 from tests.conftest import with_database
-from tests.faults.workload import LOG_PATH, read_log, register
+from tests.faults.workload import register
+from tests.support.execution_log import LOG_PATH
+from tests.support.fleet import Fleet, client_engine, fleet_of
 from tests.support.proxy import FaultProxy
 from tests.support.servers import Server, start_nx
 
-ROOT = Path(__file__).resolve().parents[2]
 #: Short leases so that takeovers happen within the test's time; the skew bound is
 #: exercised (not 0), small enough for a 2 s lease.
 LEASE_TTL = "2s"
 RECOVERY_INTERVAL = "1s"
 MAX_CLOCK_SKEW = "250ms"
-
-
-class Fleet:
-    """Worker processes (``tests.faults.worker``) started, killed, frozen by a test."""
-
-    def __init__(self, uri: str, log: Path, errors: Path) -> None:
-        self.uri = uri
-        self.log = log
-        self.errors = errors
-        self.procs: list[subprocess.Popen[str]] = []
-
-    def spawn(self, *flags: str, uri: str | None = None) -> subprocess.Popen[str]:
-        err = open(self.errors / f"worker-{len(self.procs)}.err", "w")
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.faults.worker", uri or self.uri, str(self.log),
-             *flags],
-            cwd=ROOT, stdout=subprocess.PIPE, stderr=err, text=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )  # fmt: skip
-        err.close()
-        self.procs.append(proc)
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        assert line.strip() == "ready", f"worker did not start: {line!r}\n{self.stderr()}"
-        return proc
-
-    @staticmethod
-    def freeze(proc: subprocess.Popen[str]) -> None:
-        proc.send_signal(signal.SIGSTOP)
-
-    @staticmethod
-    def thaw(proc: subprocess.Popen[str]) -> None:
-        proc.send_signal(signal.SIGCONT)
-
-    def stop_all(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGCONT)
-                proc.terminate()
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-    def records(self) -> list[dict[str, Any]]:
-        return read_log(str(self.log))
-
-    def stderr(self, limit: int = 3000) -> str:
-        """The tail of every worker's stderr, for failure messages."""
-        parts = []
-        for path in sorted(self.errors.glob("worker-*.err")):
-            text = path.read_text(errors="replace")
-            parts.append(f"--- {path.name}\n{text[-limit:]}")
-        return "\n".join(parts)
 
 
 @pytest.fixture
@@ -105,22 +46,21 @@ def fault_uri(fault_server: Server) -> str:
 
 @pytest.fixture
 def fleet(fault_uri: str, tmp_path: Path) -> Iterator[Fleet]:
-    made = Fleet(fault_uri, tmp_path / "executions.jsonl", tmp_path)
-    try:
+    with fleet_of("tests.faults.worker", fault_uri, tmp_path) as made:
         yield made
-    finally:
-        made.stop_all()
+
+
+def _workflows(engine: Engine) -> None:
+    register(engine, functions=False)
 
 
 @pytest.fixture
 async def client(fault_uri: str) -> AsyncIterator[Engine]:
     """A client-mode engine (starts runs, reads them, runs nothing), direct to the server."""
-    store = MongoStore.from_uri(fault_uri, max_clock_skew=MAX_CLOCK_SKEW)
-    await store.init()
-    engine = Engine(store, lease_ttl=LEASE_TTL)
-    register(engine, functions=False)
-    yield engine
-    await store.close()
+    async with client_engine(
+        fault_uri, _workflows, lease_ttl=LEASE_TTL, max_clock_skew=MAX_CLOCK_SKEW
+    ) as engine:
+        yield engine
 
 
 @pytest.fixture

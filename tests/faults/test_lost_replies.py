@@ -18,12 +18,8 @@ from typing import Any
 import pytest
 
 from engine_core import Engine, RunNotFoundError, WorkflowContext
-from tests.faults.workload import (
-    assert_no_step_ran_after_its_success,
-    read_log,
-    record,
-    work,
-)
+from tests.faults.workload import assert_no_step_ran_after_its_success, work
+from tests.support.execution_log import read_log, record
 from tests.support.proxy import FaultProxy, Where, matches
 
 pytestmark = pytest.mark.faults

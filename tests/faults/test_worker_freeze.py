@@ -11,7 +11,7 @@ import time
 import pytest
 
 from engine_core import Engine
-from tests.faults.conftest import Fleet
+from tests.support.fleet import Fleet
 
 pytestmark = pytest.mark.faults
 

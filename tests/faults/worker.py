@@ -17,9 +17,9 @@ from typing import Any
 
 from pymongo import AsyncMongoClient
 
-from engine_core import Engine
-from pikku_mongo import MongoStore
-from tests.faults.workload import LOG_PATH, register
+from tests.faults.workload import register
+from tests.support.execution_log import LOG_PATH
+from tests.support.fleet import serve_until_killed, worker_engine, worker_parser
 
 
 def dump_tasks() -> None:
@@ -45,28 +45,13 @@ def dump_tasks() -> None:
 
 async def serve(args: argparse.Namespace) -> None:
     asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, dump_tasks)
-    store = MongoStore.from_uri(args.uri, max_clock_skew=args.max_clock_skew)
-    engine = Engine(
-        store,
-        lease_ttl=args.lease_ttl,
-        recovery_interval=args.recovery_interval,
-        undispatched_after=args.lease_ttl,
-        concurrency=args.concurrency,
-    )
+    engine = worker_engine(args)
     register(engine)
-    async with engine:
-        print("ready", flush=True)
-        await asyncio.Event().wait()
+    await serve_until_killed(engine)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("uri")
-    parser.add_argument("log")
-    parser.add_argument("--lease-ttl", default="2s")
-    parser.add_argument("--recovery-interval", default="1s")
-    parser.add_argument("--max-clock-skew", default="250ms")
-    parser.add_argument("--concurrency", type=int, default=16)
+    parser = worker_parser(lease_ttl="2s", recovery_interval="1s", max_clock_skew="250ms")
     args = parser.parse_args()
     LOG_PATH["path"] = args.log
     logging.basicConfig(level=logging.WARNING, format="worker %(process)d %(asctime)s %(message)s")

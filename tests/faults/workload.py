@@ -1,42 +1,20 @@
-"""Workflows the fault tests run, and the side-effect log that counts executions.
+"""Workflows the fault tests run, and the check that no step ran again after its success.
 
-Every step execution appends one JSON line to the log (``start`` before the step's body
-runs, ``end`` after it), with its run, step and attempt, so a test can tell how often
-each step really ran, whatever the store says.
+Every step execution appends one JSON line to the side-effect log
+(:mod:`tests.support.execution_log`; ``start`` before the step's body runs, ``end`` after
+it), with its run, step and attempt, so a test can tell how often each step really ran,
+whatever the store says.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-import os
-import time
 from collections import Counter
 from typing import Any
 
-from engine_core import Engine, WorkflowContext, current_step
+from engine_core import Engine, WorkflowContext
 from engine_core.journal import merged_steps
-
-LOG_PATH = {"path": ""}
-
-
-def record(kind: str, **extra: Any) -> None:
-    info = current_step()
-    line = {"kind": kind, "pid": os.getpid(), "t": time.time(), **extra}
-    if info is not None:
-        line.update(run=info.run_id, step=info.step, attempt=info.attempt)
-    fd = os.open(LOG_PATH["path"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, (json.dumps(line) + "\n").encode())
-    finally:
-        os.close(fd)
-
-
-def read_log(path: str) -> list[dict[str, Any]]:
-    if not os.path.exists(path):
-        return []
-    with open(path) as log:
-        return [json.loads(line) for line in log if line.strip()]
+from tests.support.execution_log import record
 
 
 async def work(tag: str, seconds: float) -> str:
