@@ -14,7 +14,6 @@ its template.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable, Sequence
 
 from starlette.applications import Starlette
@@ -31,14 +30,12 @@ from pikku_mongo.dashboard.links import NAV, Links, NavItem
 from pikku_mongo.dashboard.login_pages import LoginPages
 from pikku_mongo.dashboard.params import BadRequest
 from pikku_mongo.dashboard.queue_pages import QueuePages
-from pikku_mongo.dashboard.rendering import HERE, is_htmx, links_for, redirect
+from pikku_mongo.dashboard.rendering import HERE, is_htmx, links_for, log, redirect
 from pikku_mongo.dashboard.run_pages import RunPages
 from pikku_mongo.dashboard.schedule_pages import SchedulePages
 from pikku_mongo.dashboard.security import AuthCallable, Denied, Security
 
 __all__ = ["NAV", "Dashboard", "Links", "NavItem", "dashboard_app"]
-
-log = logging.getLogger("pikku_mongo.dashboard")
 
 Handler = Callable[[Request], Awaitable[Response]]
 

@@ -4,6 +4,7 @@ the request helpers (is it htmx, the links under its mount, a redirect)."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,9 @@ from pikku_mongo.dashboard.views import (
     fmt_time,
     show_value,
 )
+
+#: The dashboard's logger: actions carried out, pages that failed.
+log = logging.getLogger("pikku_mongo.dashboard")
 
 HERE = Path(__file__).resolve().parent
 

@@ -4,7 +4,6 @@ POST of an action on a run (cancel, retry, ...)."""
 from __future__ import annotations
 
 import asyncio
-import logging
 from typing import Any
 
 from starlette.requests import Request
@@ -19,10 +18,8 @@ from pikku_mongo.dashboard.params import (
     parse_run_filters,
     parse_run_id,
 )
-from pikku_mongo.dashboard.rendering import PageBase, is_htmx, links_for, redirect
+from pikku_mongo.dashboard.rendering import PageBase, is_htmx, links_for, log, redirect
 from pikku_mongo.dashboard.views import build_timeline
-
-log = logging.getLogger("pikku_mongo.dashboard")
 
 
 class RunPages(PageBase):

@@ -3,7 +3,6 @@ of an action on a schedule (pause, resume, delete)."""
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from starlette.requests import Request
@@ -17,9 +16,7 @@ from pikku_mongo.dashboard.actions import (
     schedule_actions_for,
 )
 from pikku_mongo.dashboard.params import parse_choice, parse_schedule_name
-from pikku_mongo.dashboard.rendering import PageBase, is_htmx, links_for, redirect
-
-log = logging.getLogger("pikku_mongo.dashboard")
+from pikku_mongo.dashboard.rendering import PageBase, is_htmx, links_for, log, redirect
 
 
 class SchedulePages(PageBase):
