@@ -30,6 +30,7 @@ from engine_core.run.driver import Driver
 from engine_core.runtime import EngineConfig, JobSlot, StepFn, WorkflowFn
 from engine_core.schedules.scheduler import Scheduler, StartRun
 from engine_core.store import Store
+from engine_core.tasks import abandon
 
 log = logging.getLogger("engine_core")
 
@@ -89,7 +90,8 @@ class Host:
         would cost an attempt when another process takes it back."""
         self._serving = False
         self._closing = True
-        grace = self._config.shutdown_grace
+        loop = asyncio.get_running_loop()
+        ends = loop.time() + self._config.shutdown_grace
         if self.recovery is not None:
             await self.recovery.stop()
         if self.admission is not None:
@@ -101,13 +103,10 @@ class Host:
         self._timers.cancel_all()
         try:
             if self.worker is not None:
-                await self.worker.stop(grace=grace)
+                await self.worker.stop(grace=max(0.0, ends - loop.time()))
             if self._tasks:
-                await asyncio.wait(list(self._tasks), timeout=grace)
-            tasks = list(self._tasks)
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+                await asyncio.wait(list(self._tasks), timeout=max(0.0, ends - loop.time()))
+            await abandon(self._tasks, "passes")
         finally:
             self._closing = False
 

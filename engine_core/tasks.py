@@ -3,20 +3,33 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections.abc import Collection
 from typing import Any
+
+log = logging.getLogger("engine_core")
+
+#: How long work cancelled at shutdown gets to unwind before it is left behind.
+UNWIND_S = 1.0
+#: How often a task that has not stopped is cancelled again.
+RECANCEL_S = 0.25
 
 
 async def cancel_and_wait(*tasks: asyncio.Future[Any] | None) -> None:
-    """Cancel ``tasks`` and wait until they have finished.
+    """Cancel ``tasks`` and wait until they have finished, cancelling again, every
+    :data:`RECANCEL_S` seconds, those that are still running.
 
-    Unlike ``task.cancel(); await task`` under ``suppress(CancelledError)``, a
-    cancellation of the *caller* while it waits still propagates.
+    For background loops with nothing to clean up: on Python 3.11 a cancellation can be
+    lost inside a library (``asyncio.wait_for`` returning a result that raced it), and a
+    loop that lost its one cancellation would run for ever. Unlike ``task.cancel();
+    await task`` under ``suppress(CancelledError)``, a cancellation of the *caller*
+    while it waits still propagates.
     """
-    pending = [t for t in tasks if t is not None and not t.done()]
-    for task in pending:
-        task.cancel()
-    if pending:
-        await asyncio.wait(pending)
+    pending = {t for t in tasks if t is not None and not t.done()}
+    while pending:
+        for task in pending:
+            task.cancel()
+        _, pending = await asyncio.wait(pending, timeout=RECANCEL_S)
 
 
 async def wait_event(event: asyncio.Event, timeout: float) -> bool:
@@ -34,3 +47,23 @@ async def wait_event(event: asyncio.Event, timeout: float) -> bool:
     except TimeoutError:
         return False
     return True
+
+
+async def abandon(tasks: Collection[asyncio.Future[Any]], what: str) -> None:
+    """Cancel ``tasks`` (work in flight at shutdown, past its grace) and give them
+    :data:`UNWIND_S` seconds to unwind; those that do not (a step that blocks or swallows
+    its cancellation) are left behind, with a warning, so shutdown still ends. What they
+    were doing is recovered by the fleet like the work of a process that died."""
+    pending = [t for t in tasks if not t.done()]
+    for task in pending:
+        task.cancel()
+    if not pending:
+        return
+    _, left = await asyncio.wait(pending, timeout=UNWIND_S)
+    if left:
+        log.warning(
+            "shutdown left %d %s behind that did not stop when cancelled; "
+            "the fleet recovers their runs",
+            len(left),
+            what,
+        )

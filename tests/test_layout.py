@@ -20,6 +20,7 @@ LAYERS: list[set[str]] = [
     {"durations", "values", "store", "mirror", "journal", "fleet.timers", "outages"},
     {
         "run.keys",
+        "periodic",
         "flow.queues",
         "schedules.times",
         "memory.flow",
@@ -168,6 +169,7 @@ def test_the_top_of_engine_core_holds_only_what_every_wing_shares_or_the_user_se
         "mirror",
         "journal",
         "outages",
+        "periodic",
         "status",
         "runtime",
     }

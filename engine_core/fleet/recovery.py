@@ -17,14 +17,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from engine_core.errors import StoreUnavailableError
 from engine_core.journal import merged_steps
+from engine_core.periodic import Periodic
 from engine_core.records import TERMINAL, RunRecord, StepPage, StepRecord, utcnow
 from engine_core.run.control import RunControl
 from engine_core.run.leases import holding
 from engine_core.runtime import Runtime
 from engine_core.store import Store
-from engine_core.tasks import cancel_and_wait
 
 log = logging.getLogger("engine_core.fleet.recovery")
 
@@ -109,28 +108,27 @@ class WorkflowRecovery:
         self.runtime = runtime
         self.control = control
         self.backoff = RedispatchBackoff()
-        self._task: asyncio.Task[None] | None = None
+        self._loop: Periodic | None = None
 
     def start(self) -> None:
-        self._task = asyncio.ensure_future(self._loop())
+        startup = True
+
+        async def turn() -> None:
+            nonlocal startup
+            await self.recover(startup=startup)
+            startup = False
+
+        self._loop = Periodic(
+            "workflow recovery",
+            turn,
+            every=self.runtime.config.recovery_interval,
+            outages=self.runtime.outages,
+        )
+        self._loop.start()
 
     async def stop(self) -> None:
-        await cancel_and_wait(self._task)
-
-    async def _loop(self) -> None:
-        startup = True
-        while True:
-            try:
-                await self.recover(startup=startup)
-                startup = False
-                self.runtime.outages.back()
-            except asyncio.CancelledError:
-                raise
-            except StoreUnavailableError as exc:
-                self.runtime.outages.failed(exc)  # logged once per outage
-            except Exception:
-                log.exception("workflow recovery pass failed")
-            await asyncio.sleep(self.runtime.config.recovery_interval)
+        if self._loop is not None:
+            await self._loop.stop()
 
     async def recover(self, *, startup: bool = False) -> RecoveryReport:
         """One pass over every sweep, if this instance gets the recovery lease.

@@ -20,7 +20,7 @@ from engine_core.run.leases import KeepAlive
 from engine_core.run.transitions import Outcome, job_ended, job_returned, job_unclaimed, write
 from engine_core.runtime import Runtime
 from engine_core.store import Store
-from engine_core.tasks import cancel_and_wait, wait_event
+from engine_core.tasks import abandon, cancel_and_wait, wait_event
 from engine_core.tracing import run_log_context
 from engine_core.values import check_fits, idempotency_key
 
@@ -38,6 +38,8 @@ class Worker:
         self.runtime = runtime
         self.control = control
         self._wake = asyncio.Event()
+        # Checked at every turn: a cancellation alone can be lost (see engine_core.periodic).
+        self._stopping = False
         self._loop_task: asyncio.Task[None] | None = None
         self._hint_task: asyncio.Task[None] | None = None
         self._jobs: set[asyncio.Task[None]] = set()
@@ -64,18 +66,18 @@ class Worker:
 
     async def stop(self, grace: float = 0.0) -> None:
         """Stop claiming; give running jobs ``grace`` seconds to finish, then cancel them."""
+        self._stopping = True
+        self._wake.set()
         await cancel_and_wait(self._loop_task, self._hint_task)
         if self._jobs and grace > 0:
             await asyncio.wait(list(self._jobs), timeout=grace)
-        for job in list(self._jobs):
-            job.cancel()
-        await asyncio.gather(*self._jobs, return_exceptions=True)
+        await abandon(self._jobs, "dispatched steps")
 
     async def _run(self) -> None:
         idle = IDLE_MIN_S
         outages = self.runtime.outages
         orphans_checked = False
-        while True:
+        while not self._stopping:
             self._wake.clear()
             try:
                 if not orphans_checked:

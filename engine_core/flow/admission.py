@@ -25,10 +25,10 @@ from collections import Counter
 from datetime import datetime, timedelta
 
 from engine_core.flow.queues import QueueLimits
+from engine_core.periodic import Periodic
 from engine_core.records import TERMINAL, QueueState, RunRecord, utcnow
 from engine_core.runtime import Runtime
 from engine_core.store import Store
-from engine_core.tasks import cancel_and_wait, wait_event
 
 log = logging.getLogger("engine_core.flow.admission")
 
@@ -49,38 +49,34 @@ class Admitter:
         self.store = store
         self.runtime = runtime
         self.limits = limits
-        self._wake = asyncio.Event()
         self._next_at: float | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._loop = Periodic(
+            f"admission for queue {limits.name!r}",
+            self._turn,
+            every=POLL_S,
+            outages=runtime.outages,
+            wait_first=True,
+            settle=COALESCE_S,  # runs that end together (a group commit) share one round
+        )
 
     def poke(self) -> None:
         """Something changed (a run joined the line or ended): look again now."""
-        self._wake.set()
+        self._loop.wake()
 
     def start(self) -> None:
-        self._task = asyncio.ensure_future(self._loop())
+        self._loop.start()
 
     async def stop(self) -> None:
-        await cancel_and_wait(self._task)
-        self._task = None
+        await self._loop.stop()
 
-    async def _loop(self) -> None:
-        while True:
-            timeout = POLL_S
-            if self._next_at is not None:
-                timeout = max(0.0, min(timeout, self._next_at - time.monotonic()))
-            if await wait_event(self._wake, timeout):
-                # Runs that end together (a group commit settles many) share one round.
-                await asyncio.sleep(COALESCE_S)
-            self._wake.clear()
-            self._next_at = None
-            try:
-                while await self.runtime.outages.call(self.admit_round):
-                    pass
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("admission for queue %r failed; trying again", self.limits.name)
+    async def _turn(self) -> float:
+        """Admission rounds until one says to wait; the seconds until the next look."""
+        self._next_at = None
+        while await self.admit_round():
+            pass
+        if self._next_at is None:
+            return POLL_S
+        return max(0.0, min(POLL_S, self._next_at - time.monotonic()))
 
     async def admit_round(self) -> bool:
         """Admit what the limits allow from the head of the line; whether to go on at

@@ -9,18 +9,17 @@ by the run not having ended.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 from engine_core.fleet.timers import Timers
+from engine_core.periodic import Periodic
 from engine_core.records import TERMINAL, RunRecord, utcnow
 from engine_core.run.control import RunControl
 from engine_core.runtime import Runtime
 from engine_core.store import Store
-from engine_core.tasks import cancel_and_wait
 
 log = logging.getLogger("engine_core.flow.run_timers")
 
@@ -51,15 +50,19 @@ class RunTimers:
         self.control = control
         self._joined_line = joined_line
         self._timers = Timers()
-        self._task: asyncio.Task[None] | None = None
+        self._loop = Periodic(
+            "sweeping delayed runs and deadlines",
+            self.sweep,
+            every=runtime.config.recovery_interval,
+            outages=runtime.outages,
+        )
 
     def start(self) -> None:
-        self._task = asyncio.ensure_future(self._loop())
+        self._loop.start()
 
     async def stop(self) -> None:
         self._timers.cancel_all()
-        await cancel_and_wait(self._task)
-        self._task = None
+        await self._loop.stop()
 
     def arm(self, run: RunRecord) -> None:
         """Arm this process's timers for the run's delay and deadline; each firing
@@ -82,16 +85,6 @@ class RunTimers:
                     outages.call(lambda: self.expire(run_id)), f"deadline of run {run_id}"
                 ),
             )
-
-    async def _loop(self) -> None:
-        while True:
-            try:
-                await self.runtime.outages.call(self.sweep)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("sweeping delayed runs and deadlines failed; trying again")
-            await asyncio.sleep(self.runtime.config.recovery_interval)
 
     async def sweep(self) -> None:
         """Release what is due, cancel what is past its deadline, and arm timers for

@@ -29,12 +29,15 @@ class KeepAlive:
         self._interval = ttl / 3
         self._what = what
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
         #: Set once a renewal failed.
         self.lost = False
 
     async def _loop(self) -> None:
-        while True:
+        while not self._stopping:
             await asyncio.sleep(self._interval)
+            if self._stopping:
+                return
             try:
                 renewed = await self._renew()
             except Exception as exc:
@@ -56,6 +59,7 @@ class KeepAlive:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        self._stopping = True
         await cancel_and_wait(self._task)
 
 

@@ -32,6 +32,7 @@ from typing import Any
 
 from engine_core.errors import StoreUnavailableError
 from engine_core.outages import Outages
+from engine_core.periodic import Periodic
 from engine_core.records import ScheduleRecord, utcnow
 from engine_core.schedules.times import (
     ScheduleSpec,
@@ -40,14 +41,11 @@ from engine_core.schedules.times import (
     next_fire,
 )
 from engine_core.store import Store
-from engine_core.tasks import cancel_and_wait, wait_event
 
 log = logging.getLogger("engine_core.schedules.scheduler")
 
 #: The longest the loop sleeps before it reads the schedules again (seconds).
 REREAD_S = 1.0
-#: After an unexpected error, the wait before the next try (seconds).
-ERROR_WAIT_S = 1.0
 
 #: ``await start_run(workflow, input, run_id)``: start a run (idempotent by run id).
 StartRun = Callable[[str, Any, str], Awaitable[Any]]
@@ -71,37 +69,19 @@ class Scheduler:
         self.outages = outages
         self.workflows = workflows
         self.start_run = start_run
-        self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._loop = Periodic("the schedule loop", self.tick, every=REREAD_S, outages=outages)
         #: How many fires this process has started runs for.
         self.fired = 0
 
     def start(self) -> None:
-        self._task = asyncio.ensure_future(self._loop())
+        self._loop.start()
 
     async def stop(self) -> None:
-        await cancel_and_wait(self._task)
-        self._task = None
+        await self._loop.stop()
 
     def wake(self) -> None:
         """Read the schedules again now (one was created or resumed here)."""
-        self._wake.set()
-
-    async def _loop(self) -> None:
-        while True:
-            try:
-                delay = await self.tick()
-                self.outages.back()
-            except asyncio.CancelledError:
-                raise
-            except StoreUnavailableError as exc:
-                self.outages.failed(exc)  # logged once per outage
-                delay = ERROR_WAIT_S
-            except Exception:
-                log.exception("the schedule loop failed; trying again")
-                delay = ERROR_WAIT_S
-            self._wake.clear()
-            await wait_event(self._wake, delay)
+        self._loop.wake()
 
     async def tick(self) -> float:
         """Fire what is due; the seconds until the next look."""
