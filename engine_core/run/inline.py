@@ -20,7 +20,7 @@ from engine_core.durations import (
     parse_duration,
     retry_delay_seconds,
 )
-from engine_core.errors import NotSerializableError, StepFailedError
+from engine_core.errors import NotSerializableError, RecordTooLargeError, StepFailedError
 from engine_core.records import StepKind, utcnow
 from engine_core.run.attempt import error_info, run_attempt
 from engine_core.run.context import StepInfo
@@ -161,5 +161,15 @@ async def run_inline(
         outcome = attempt_ended(
             kind, attempt, "succeeded", started_at=started, result=stored, extra=extra
         )
-        p.record(key, outcome)
+        try:
+            await p.record_stored(key, outcome)
+        except RecordTooLargeError as exc:
+            # The store cannot keep this outcome at all: the step fails with that (not
+            # retried: the same result would be refused again).
+            error = error_info(exc)
+            refused = attempt_ended(
+                kind, attempt, "failed", started_at=started, error=error, extra=extra
+            )
+            p.record(key, refused)
+            raise StepFailedError(key, attempt, type(exc).__name__, error["message"]) from exc
         return stored
