@@ -24,12 +24,16 @@ from engine_core.flow.queues import QueueLimits
 from engine_core.flow.run_timers import RunTimers
 from engine_core.mirror import RunMirror
 from engine_core.outages import Outages
-from engine_core.records import RunRecord
+from engine_core.records import TERMINAL, RunRecord
 from engine_core.run.control import RunControl
 from engine_core.run.driver import Driver
 from engine_core.runtime import EngineConfig, JobSlot, StepFn, WorkflowFn
 from engine_core.schedules.scheduler import Scheduler, StartRun
 from engine_core.store import Store
+from engine_core.tasks import cancel_and_wait
+
+#: Runs one look at whether the runs holding timers here have ended reads at most.
+PRUNE_BATCH = 1000
 
 log = logging.getLogger("engine_core")
 
@@ -50,7 +54,10 @@ class Host:
         self.admission: Admission | None = None
         self._slots = asyncio.Semaphore(config.concurrency)
         self._tasks: set[asyncio.Task[Any]] = set()
+        #: The wake-ups armed for runs (sleeps, event timeouts, long retry delays) and
+        #: for queue jobs; a run's are cancelled when it ends.
         self._timers = Timers()
+        self._pruning: asyncio.Task[None] | None = None
         self.waiters = RunWaiters(store, local=lambda run_id: self.driver.driving(run_id))
         self._serving = False
         self._closing = False
@@ -76,6 +83,7 @@ class Host:
         self.recovery.start()
         self.admission.start()
         self.run_timers.start()
+        self._pruning = asyncio.ensure_future(self._prune_loop())
         if self.start_run is not None:
             self.scheduler = Scheduler(
                 self.store, self._outages, self.workflow_names, self.start_run
@@ -96,6 +104,8 @@ class Host:
             await self.admission.stop()
             self.admission = None
         await self.run_timers.stop()
+        await cancel_and_wait(self._pruning)
+        self._pruning = None
         if self.scheduler is not None:
             await self.scheduler.stop()
         self._timers.cancel_all()
@@ -196,13 +206,17 @@ class Host:
                 wake = self._outages.call(lambda: self.control.trigger(run_id))
                 self.spawn(wake, f"wake-up of run {run_id}")
 
-        self._timers.at((run_id, due_at), due_at, fire)
+        self._timers.at((run_id, due_at), due_at, fire, run_id=run_id)
 
     def arm_work_timer(self, due_at: datetime) -> None:
         if self._serving:
             self._timers.at(("work", due_at), due_at, self.work_arrived)
 
     def run_settled(self, run: RunRecord) -> None:
+        # Its wake-ups, delay and deadline will never be needed: a long-lived process
+        # holds timers for live runs only.
+        self._timers.cancel_run(run.run_id)
+        self.run_timers.ended(run.run_id)
         self.waiters.settled(run)
         if run.queue is not None:
             self.joined_line(run.queue)  # a slot may have freed
@@ -214,6 +228,33 @@ class Host:
         deferred = self._queue_slots.give(run)
         if deferred is not None:
             self.kick(deferred)
+
+    async def _prune_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._config.recovery_interval)
+            try:
+                await self._outages.call(self.prune_timers)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("looking for ended runs that hold timers here failed")
+
+    async def prune_timers(self) -> int:
+        """Cancel the timers held for runs that ended in another process (this one
+        cancels a run's timers as it ends it): one read per 1,000 runs holding timers.
+        Returns for how many runs."""
+        holding = sorted(set(self._timers.run_ids()) | set(self.run_timers.run_ids()))
+        pruned = 0
+        for first in range(0, len(holding), PRUNE_BATCH):
+            batch = holding[first : first + PRUNE_BATCH]
+            found = await self.store.get_runs(batch)
+            live = {r.run_id for r in found if r.status not in TERMINAL}
+            for run_id in batch:
+                if run_id not in live:
+                    self._timers.cancel_run(run_id)
+                    self.run_timers.ended(run_id)
+                    pruned += 1
+        return pruned
 
     # ---- flow control ------------------------------------------------------------
 
