@@ -85,10 +85,10 @@ def outcome_size(step: StepRecord) -> int:
     return size
 
 
-def journal_room(*values: object) -> int:
-    """What the journal may hold in a run's record that also holds ``values`` (its input,
-    and its output and error when the write settles it)."""
-    return max(0, min(JOURNAL_BYTES, RECORD_ROOM - stored_size(*values)))
+def journal_room(beside: int) -> int:
+    """What the journal may hold in a run's record that also holds ``beside`` characters
+    of values (its input, and its output and error when the write settles it)."""
+    return max(0, min(JOURNAL_BYTES, RECORD_ROOM - beside))
 
 
 def kept_in_journal(step: StepRecord) -> bool:
@@ -127,6 +127,7 @@ class PassState:
         # What each outcome in the journal takes there, as the writes taken so far leave
         # it (kept within ``journal_room``).
         self._sizes: dict[str, int] = {k: outcome_size(s) for k, s in run.journal.items()}
+        self._input_size = stored_size(run.input)
         # What the next write carries: outcomes recorded since the last one, the keys
         # whose in-flight marks it clears, and journal keys copied to step records.
         self._pending: dict[str, StepRecord] = {}
@@ -219,6 +220,8 @@ class PassState:
         if outcome_size(record) <= LARGE_OUTCOME:
             self._keep(record)
             return record
+        if self._fenced:
+            raise Stopped()
         await self.store.save_steps([record])
         self.steps[key] = record
         self._pending.pop(key, None)
@@ -283,7 +286,7 @@ class PassState:
         self._pending, self._done, self._forget = {}, set(), set()
         sizes = self._sizes
         try:
-            room = journal_room(self.run.input, *beside)
+            room = journal_room(self._input_size + (stored_size(*beside) if beside else 0))
             # What stays in the journal from before this write.
             held = {k: n for k, n in sizes.items() if k not in forget and k not in pending}
             total = sum(held.values())
@@ -302,14 +305,15 @@ class PassState:
                     total += size
                 else:
                     moved.append(step)
+            # Reserved at once: writes in flight together must not fill the room twice.
+            self._sizes = held
             if moved:
                 await self.store.save_steps(moved)
                 for step in moved:
                     if step.key in pending:  # new here: the mirror has not seen it yet
                         await mirror_step(self.runtime.mirror, step)
-            # Reserved now: writes in flight together must not fill the room twice.
-            self._sizes = held
         except BaseException:
+            self._sizes = sizes
             self._give_back(list(pending.values()), done, forget)
             raise
         kept = {s.key for s in outcomes}
@@ -333,7 +337,6 @@ class PassState:
             raise Stopped()
         for key in forget:
             self._journal.pop(key, None)
-            self._sizes.pop(key, None)
         for outcome in outcomes:
             self._journal[outcome.key] = outcome
             await mirror_step(self.runtime.mirror, outcome)
