@@ -120,6 +120,26 @@ async def test_a_wide_fan_out_records_every_outcome(nx_uri: str) -> None:
     await store.close()
 
 
+async def test_a_wide_fan_out_that_ends_the_run_records_every_outcome(nx_uri: str) -> None:
+    # The issue's own case: the body returns right after the gather, so the outcomes go
+    # with the write that settles the run.
+    store = _store(nx_uri, f"wo_{uuid.uuid4().hex[:10]}")
+    engine = Engine(store, lease_ttl="30s")
+
+    @engine.workflow("wide")
+    async def wide(ctx: WorkflowContext, data: Any) -> int:
+        results = await asyncio.gather(*(ctx.step(f"s{i}", block, i) for i in range(WIDTH)))
+        return sum(r == block(i) for i, r in enumerate(results))
+
+    async with engine:
+        run_id = await engine.start("wide")
+        assert await engine.result(run_id, timeout=120) == WIDTH
+    status = await engine.status(run_id)
+    assert sum(s.status == "succeeded" for s in status.steps.values()) == WIDTH
+    assert all(s.result == block(int(k[1:])) for k, s in status.steps.items())
+    await store.close()
+
+
 async def test_an_outcome_the_store_cannot_keep_fails_its_step(nx_uri: str) -> None:
     # A result under the engine's own bound for one value, on a step whose history of
     # failed attempts (each error cut to 32 KB, and kept) takes its record past 16 MiB.
