@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Collection, Coroutine, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -207,6 +207,9 @@ class Host:
                 self.spawn(wake, f"wake-up of run {run_id}")
 
         self._timers.at((run_id, due_at), due_at, fire, run_id=run_id)
+
+    def keep_timers(self, run_id: str, due_at: Collection[datetime]) -> None:
+        self._timers.keep_only(run_id, {(run_id, d) for d in due_at})
 
     def arm_work_timer(self, due_at: datetime) -> None:
         if self._serving:

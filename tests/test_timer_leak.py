@@ -94,3 +94,34 @@ async def test_timers_of_runs_ended_elsewhere_are_dropped(
         assert timer_count(worker) == idle + 2
         await worker.cancel(live)
         assert timer_count(worker) == idle
+
+
+async def test_a_live_run_holds_timers_for_its_current_waits_only(engine: Engine) -> None:
+    rounds = 50
+
+    @engine.workflow("loops")
+    async def loops(ctx: WorkflowContext, data: Any) -> int:
+        for _ in range(rounds):
+            await ctx.wait_for_event("tick", timeout="1h")
+        await ctx.wait_for_event("last", timeout="1h")
+        return rounds
+
+    async def parked_on(run_id: str, key: str) -> None:
+        for _ in range(3000):
+            step = (await engine.status(run_id)).steps.get(key)
+            if step is not None and step.status == "scheduled" and timer_count(engine) == 1:
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"run {run_id} did not wait on {key!r} with one timer")
+
+    async with engine:
+        run_id = await engine.start("loops")
+        for i in range(rounds):
+            await parked_on(run_id, "tick" if i == 0 else f"tick#{i}")
+            await engine.send_event(run_id, "tick", i)
+        # Each wait that ended dropped its timeout's timer: one is left, the current.
+        await parked_on(run_id, "last")
+        assert timer_count(engine) == 1
+        await engine.send_event(run_id, "last", None)
+        assert await engine.result(run_id, timeout=30) == rounds
+        assert timer_count(engine) == 0

@@ -11,7 +11,7 @@ run it ever handled until that run's deadline or timeout would have come.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Collection, Hashable
 from datetime import datetime
 
 from engine_core.records import utcnow
@@ -71,6 +71,14 @@ class Timers:
             handle = self._handles.pop(key, None)
             if handle is not None:
                 handle.cancel()
+
+    def keep_only(self, run_id: str, keys: Collection[Hashable]) -> None:
+        """Cancel the run's timers other than ``keys``."""
+        for key in self._of_run.get(run_id, set()) - set(keys):
+            handle = self._handles.pop(key, None)
+            if handle is not None:
+                handle.cancel()
+            self._unlink(key, run_id)
 
     def cancel_all(self) -> None:
         for handle in self._handles.values():

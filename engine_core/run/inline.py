@@ -108,7 +108,7 @@ async def run_inline(
         prior = await _take_back_lost(p, key, kind, extra)
     elif step is not None and step.status == "scheduled" and step.due_at is not None:
         if step.due_at > utcnow():  # a retry waiting out a long delay
-            p.runtime.arm_timer(p.run_id, step.due_at)
+            p.arm_timer(step.due_at)
             raise Parked()
     attempt = prior + 1
     attributes = {
@@ -151,7 +151,7 @@ async def run_inline(
                     extra=extra,
                 )
                 p.record(key, outcome)
-                p.runtime.arm_timer(p.run_id, due)
+                p.arm_timer(due)
                 raise Parked() from None
             outcome = attempt_ended(
                 kind, attempt, "failed", started_at=started, error=error, extra=extra

@@ -147,6 +147,8 @@ class PassState:
         self._active = 0
         self._idle = asyncio.Event()
         self._idle.set()
+        #: The wake-ups this pass armed for the run (a parked pass's are all it needs).
+        self.armed: set[datetime] = set()
 
     @property
     def run_id(self) -> str:
@@ -443,6 +445,12 @@ class PassState:
             await mirror_step(self.runtime.mirror, outcome)
 
     # ---- steps beside each other, and parking ------------------------------------
+
+    def arm_timer(self, due_at: datetime) -> None:
+        """Have this process trigger the run when ``due_at`` comes (a sleep, an event's
+        timeout, a long retry delay)."""
+        self.armed.add(due_at)
+        self.runtime.arm_timer(self.run_id, due_at)
 
     async def track(self, work: Awaitable[_T]) -> _T:
         """Await one step's work, counted as running (so the pass drains it before it
