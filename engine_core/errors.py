@@ -75,6 +75,13 @@ class StoreUnavailableError(EngineError):
     passes, workers and recovery, and raises it only from a client call."""
 
 
+class RecordTooLargeError(EngineError, ValueError):
+    """A store refused a record as larger than one of its records may be. Nothing was
+    written, and the same write would be refused again. Stores raise a subclass (for
+    MongoDB, ``pikku_mongo.errors.DocumentTooLargeError``); a step whose outcome is
+    refused fails with it."""
+
+
 class QueueNotDeclaredError(EngineError, ValueError):
     """A run was started on a queue this engine did not declare with ``engine.queue``."""
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Collection, Coroutine, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -24,13 +24,17 @@ from engine_core.flow.queues import QueueLimits
 from engine_core.flow.run_timers import RunTimers
 from engine_core.mirror import RunMirror
 from engine_core.outages import Outages
-from engine_core.records import RunRecord
+from engine_core.periodic import Periodic
+from engine_core.records import TERMINAL, RunRecord
 from engine_core.run.control import RunControl
 from engine_core.run.driver import Driver
 from engine_core.runtime import EngineConfig, JobSlot, StepFn, WorkflowFn
 from engine_core.schedules.scheduler import Scheduler, StartRun
 from engine_core.store import Store
 from engine_core.tasks import abandon
+
+#: Runs one look at whether the runs holding timers here have ended reads at most.
+PRUNE_BATCH = 1000
 
 log = logging.getLogger("engine_core")
 
@@ -51,7 +55,10 @@ class Host:
         self.admission: Admission | None = None
         self._slots = asyncio.Semaphore(config.concurrency)
         self._tasks: set[asyncio.Task[Any]] = set()
+        #: The wake-ups armed for runs (sleeps, event timeouts, long retry delays) and
+        #: for queue jobs; a run's are cancelled when it ends.
         self._timers = Timers()
+        self._pruning: Periodic | None = None
         self.waiters = RunWaiters(store, local=lambda run_id: self.driver.driving(run_id))
         self._serving = False
         self._closing = False
@@ -77,6 +84,14 @@ class Host:
         self.recovery.start()
         self.admission.start()
         self.run_timers.start()
+        self._pruning = Periodic(
+            "looking for ended runs that hold timers here",
+            self.prune_timers_turn,
+            every=self._config.recovery_interval,
+            outages=self._outages,
+            wait_first=True,
+        )
+        self._pruning.start()
         if self.start_run is not None:
             self.scheduler = Scheduler(
                 self.store, self._outages, self.workflow_names, self.start_run
@@ -98,6 +113,9 @@ class Host:
             await self.admission.stop()
             self.admission = None
         await self.run_timers.stop()
+        if self._pruning is not None:
+            await self._pruning.stop()
+            self._pruning = None
         if self.scheduler is not None:
             await self.scheduler.stop()
         self._timers.cancel_all()
@@ -195,13 +213,20 @@ class Host:
                 wake = self._outages.call(lambda: self.control.trigger(run_id))
                 self.spawn(wake, f"wake-up of run {run_id}")
 
-        self._timers.at((run_id, due_at), due_at, fire)
+        self._timers.at((run_id, due_at), due_at, fire, run_id=run_id)
+
+    def keep_timers(self, run_id: str, due_at: Collection[datetime]) -> None:
+        self._timers.keep_only(run_id, {(run_id, d) for d in due_at})
 
     def arm_work_timer(self, due_at: datetime) -> None:
         if self._serving:
             self._timers.at(("work", due_at), due_at, self.work_arrived)
 
     def run_settled(self, run: RunRecord) -> None:
+        # Its wake-ups, delay and deadline will never be needed: a long-lived process
+        # holds timers for live runs only.
+        self._timers.cancel_run(run.run_id)
+        self.run_timers.ended(run.run_id)
         self.waiters.settled(run)
         if run.queue is not None:
             self.joined_line(run.queue)  # a slot may have freed
@@ -213,6 +238,26 @@ class Host:
         deferred = self._queue_slots.give(run)
         if deferred is not None:
             self.kick(deferred)
+
+    async def prune_timers_turn(self) -> None:
+        await self.prune_timers()
+
+    async def prune_timers(self) -> int:
+        """Cancel the timers held for runs that ended in another process (this one
+        cancels a run's timers as it ends it): one read per 1,000 runs holding timers.
+        Returns for how many runs."""
+        holding = sorted(set(self._timers.run_ids()) | set(self.run_timers.run_ids()))
+        pruned = 0
+        for first in range(0, len(holding), PRUNE_BATCH):
+            batch = holding[first : first + PRUNE_BATCH]
+            found = await self.store.get_runs(batch)
+            live = {r.run_id for r in found if r.status not in TERMINAL}
+            for run_id in batch:
+                if run_id not in live:
+                    self._timers.cancel_run(run_id)
+                    self.run_timers.ended(run_id)
+                    pruned += 1
+        return pruned
 
     # ---- flow control ------------------------------------------------------------
 

@@ -18,6 +18,14 @@ FLUSH_AT = 64
 #: An outcome whose value is larger than this (JSON characters) goes to its step record
 #: before the next step starts instead of into the journal.
 LARGE_OUTCOME = 64 * 1024
+#: The run's journal holds at most about this many characters of outcomes: the outcomes
+#: a write would take it past go to their step records instead, so neither the write nor
+#: the run's record (rewritten at every step) comes near the 16 MiB a document may hold,
+#: however many steps end at once (a wide ``asyncio.gather``).
+JOURNAL_BYTES = 1024 * 1024
+#: What a run's record may hold of its input, output and journal together (characters):
+#: the rest of 16 MiB is for its other fields.
+RECORD_ROOM = 16 * 1024 * 1024 - 256 * 1024
 
 
 def newer(entry: StepRecord, stored: StepRecord | None) -> bool:

@@ -8,7 +8,7 @@ another.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
@@ -157,6 +157,10 @@ class Runtime(Protocol):
 
     def arm_timer(self, run_id: str, due_at: datetime) -> None:
         """Trigger the run when ``due_at`` comes (while serving)."""
+
+    def keep_timers(self, run_id: str, due_at: Collection[datetime]) -> None:
+        """A pass of the run parked, having armed its wake-ups for ``due_at``: its other
+        wake-ups are superseded (a wait that ended, a retry that ran) and dropped."""
 
     def arm_work_timer(self, due_at: datetime) -> None:
         """Wake the worker when a queue job falls due at ``due_at`` (while serving)."""

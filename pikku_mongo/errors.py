@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from engine_core.errors import RecordTooLargeError
+
 
 class PikkuMongoError(Exception):
     """Base class of the errors pikku_mongo raises on purpose."""
@@ -21,10 +23,11 @@ class ServerUnreachableError(PikkuMongoError, ConnectionError):
         self.reason = reason
 
 
-class DocumentTooLargeError(PikkuMongoError, ValueError):
+class DocumentTooLargeError(PikkuMongoError, RecordTooLargeError):
     """A write was refused because a document would exceed MongoDB's 16 MiB BSON limit
     (by the driver before sending, or by the server). Nothing was written, and the store
-    does not retry it: the same write would be refused again."""
+    does not retry it: the same write would be refused again. (Also the engine's
+    :class:`~engine_core.errors.RecordTooLargeError`, and so a ``ValueError``.)"""
 
     def __init__(self, operation: str, detail: str) -> None:
         super().__init__(

@@ -75,6 +75,7 @@ class RunTimers:
                 lambda: self.runtime.spawn(
                     outages.call(self.release_due), "release of delayed runs"
                 ),
+                run_id=run.run_id,
             )
         if run.deadline_at is not None:
             run_id = run.run_id
@@ -84,7 +85,16 @@ class RunTimers:
                 lambda: self.runtime.spawn(
                     outages.call(lambda: self.expire(run_id)), f"deadline of run {run_id}"
                 ),
+                run_id=run_id,
             )
+
+    def ended(self, run_id: str) -> None:
+        """The run ended: its delay and deadline timers are not needed any more."""
+        self._timers.cancel_run(run_id)
+
+    def run_ids(self) -> list[str]:
+        """The runs this process holds a delay or deadline timer for."""
+        return self._timers.run_ids()
 
     async def sweep(self) -> None:
         """Release what is due, cancel what is past its deadline, and arm timers for

@@ -187,6 +187,7 @@ class Driver:
                 end = await run_pass.execute()
             if end == "parked":
                 self._remember(run_id, token, list(run_pass.steps.values()))
+                self.runtime.keep_timers(run_id, run_pass.armed)
             elif end in ("stopped", "unavailable") and run_pass.handed:
                 # Fenced out (or cut off) after a job run here handed this pass its
                 # outcome instead of telling the run: tell it now, or a newer pass that

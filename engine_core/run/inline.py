@@ -20,7 +20,7 @@ from engine_core.durations import (
     parse_duration,
     retry_delay_seconds,
 )
-from engine_core.errors import NotSerializableError, StepFailedError
+from engine_core.errors import NotSerializableError, RecordTooLargeError, StepFailedError
 from engine_core.records import StepKind, utcnow
 from engine_core.run.attempt import error_info, run_attempt
 from engine_core.run.context import StepInfo
@@ -108,7 +108,7 @@ async def run_inline(
         prior = await _take_back_lost(p, key, kind, extra)
     elif step is not None and step.status == "scheduled" and step.due_at is not None:
         if step.due_at > utcnow():  # a retry waiting out a long delay
-            p.runtime.arm_timer(p.run_id, step.due_at)
+            p.arm_timer(step.due_at)
             raise Parked()
     attempt = prior + 1
     attributes = {
@@ -151,7 +151,7 @@ async def run_inline(
                     extra=extra,
                 )
                 p.record(key, outcome)
-                p.runtime.arm_timer(p.run_id, due)
+                p.arm_timer(due)
                 raise Parked() from None
             outcome = attempt_ended(
                 kind, attempt, "failed", started_at=started, error=error, extra=extra
@@ -161,5 +161,15 @@ async def run_inline(
         outcome = attempt_ended(
             kind, attempt, "succeeded", started_at=started, result=stored, extra=extra
         )
-        p.record(key, outcome)
+        try:
+            await p.record_stored(key, outcome)
+        except RecordTooLargeError as exc:
+            # The store cannot keep this outcome at all: the step fails with that (not
+            # retried: the same result would be refused again).
+            error = error_info(exc)
+            refused = attempt_ended(
+                kind, attempt, "failed", started_at=started, error=error, extra=extra
+            )
+            p.record(key, refused)
+            raise StepFailedError(key, attempt, type(exc).__name__, error["message"]) from exc
         return stored

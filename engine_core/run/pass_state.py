@@ -10,6 +10,17 @@ starts the next step (or parks or ends the pass), into the run's journal
 (:mod:`engine_core.journal`); the body between two steps is deterministic, so the
 outcome only has to be durable by then. An outcome that would wait longer (the body
 awaits something else first) goes in a write of its own as soon as the body yields.
+
+No outcome is ever dropped. The journal holds at most ``journal_room`` characters: the
+outcomes a write would take it past (many steps ending at once) go to their step
+records first, so no write comes near the store's limits; an outcome too large for the
+journal is written to its step record before the body sees it, and one the store
+refuses fails its step (:class:`~engine_core.errors.RecordTooLargeError`). A write
+that fails gives back the outcomes it was to carry: the pass's next write carries them
+again. One made in the background (nobody awaits it) is logged, and no other is made in
+the background until then: the next step boundary's write, which the pass awaits,
+carries them, so a failure there ends the step (or the pass), and the run is never
+settled as if they had landed.
 """
 
 from __future__ import annotations
@@ -22,7 +33,7 @@ from datetime import datetime
 from typing import Any, NoReturn, TypeVar
 
 from engine_core.errors import StepFailedError
-from engine_core.journal import FLUSH_AT, LARGE_OUTCOME, merged
+from engine_core.journal import FLUSH_AT, JOURNAL_BYTES, LARGE_OUTCOME, RECORD_ROOM, merged
 from engine_core.mirror import mirror_step
 from engine_core.outages import StoreDown
 from engine_core.records import RunRecord, RunState, StepRecord, utcnow
@@ -65,6 +76,21 @@ def stored_failure(step: StepRecord) -> StepFailedError:
     )
 
 
+def outcome_size(step: StepRecord) -> int:
+    """About how many characters ``step`` takes in the journal (or in its own record):
+    its values, its history's errors, and a bound for the rest."""
+    size = 256 + stored_size(step.result, step.error)
+    for entry in step.history:
+        size += 96 if entry.error is None else 96 + stored_size(entry.error)
+    return size
+
+
+def journal_room(beside: int) -> int:
+    """What the journal may hold in a run's record that also holds ``beside`` characters
+    of values (its input, and its output and error when the write settles it)."""
+    return max(0, min(JOURNAL_BYTES, RECORD_ROOM - beside))
+
+
 def kept_in_journal(step: StepRecord) -> bool:
     """Whether an outcome may stay in the run's journal once the pass ends: a finished
     inline step. Anything else (a wake of a sleep or an event, a retry waiting out its
@@ -98,6 +124,10 @@ class PassState:
         self._seen: Counter[str] = Counter()
         # The outcomes the run's journal holds, as far as this pass wrote them.
         self._journal: dict[str, StepRecord] = dict(run.journal)
+        # What each outcome in the journal takes there, as the writes taken so far leave
+        # it (kept within ``journal_room``).
+        self._sizes: dict[str, int] = {k: outcome_size(s) for k, s in run.journal.items()}
+        self._input_size = stored_size(run.input)
         # What the next write carries: outcomes recorded since the last one, the keys
         # whose in-flight marks it clears, and journal keys copied to step records.
         self._pending: dict[str, StepRecord] = {}
@@ -111,9 +141,14 @@ class PassState:
         self._copying: asyncio.Task[None] | None = None
         self._uncopied = len(run.journal)  # outcomes journaled since the last copy
         self._fenced = False
+        #: A write made in the background (carrying outcomes, copying the journal) that
+        #: failed: none is made in the background until the pass's next write.
+        self._broken: BaseException | None = None
         self._active = 0
         self._idle = asyncio.Event()
         self._idle.set()
+        #: The wake-ups this pass armed for the run (a parked pass's are all it needs).
+        self.armed: set[datetime] = set()
 
     @property
     def run_id(self) -> str:
@@ -154,22 +189,52 @@ class PassState:
             raise Parked()
         outcomes, done, forget = await self._take()
         started = utcnow()
-        ok = await self.store.start_step(
-            self.run.run_id,
-            token=self.run.token,
-            status=self.status,
-            key=key,
-            attempt=attempt,
-            started_at=started,
-            done=done,
-            outcomes=outcomes,
-            forget=forget,
-        )
+        try:
+            ok = await self.store.start_step(
+                self.run.run_id,
+                token=self.run.token,
+                status=self.status,
+                key=key,
+                attempt=attempt,
+                started_at=started,
+                done=done,
+                outcomes=outcomes,
+                forget=forget,
+            )
+        except BaseException:
+            self._give_back(outcomes, done, forget)
+            raise
         await self._wrote(ok, outcomes, forget)
         return started
 
     def record(self, key: str, transition: Transition) -> StepRecord:
         """Record an outcome of a step this pass owns: it is durable by the next write."""
+        record = self._applied(key, transition)
+        self._keep(record)
+        return record
+
+    async def record_stored(self, key: str, transition: Transition) -> StepRecord:
+        """:meth:`record` for an outcome the body is about to see: one too large for the
+        run's journal is written to its step record now, so the body never goes on with
+        a value the store could not keep. A refusal (``RecordTooLargeError``) records
+        nothing; the caller fails the step with it."""
+        record = self._applied(key, transition)
+        if outcome_size(record) <= LARGE_OUTCOME:
+            self._keep(record)
+            return record
+        if self._fenced:
+            raise Stopped()
+        await self.store.save_steps([record])
+        self.steps[key] = record
+        self._pending.pop(key, None)
+        self._done.add(key)  # the next write clears its in-flight mark
+        if key in self._journal:
+            self._forget.add(key)
+        await mirror_step(self.runtime.mirror, record)
+        return record
+
+    def _applied(self, key: str, transition: Transition) -> StepRecord:
+        """The step's record with ``transition`` applied (the pass's copy unchanged)."""
         previous = self.steps.get(key)
         if previous is None:
             changes = transition.changes
@@ -182,6 +247,11 @@ class PassState:
             record.__dict__.update(previous.__dict__)
             record.history = list(previous.history)
         transition.apply(record)
+        return record
+
+    def _keep(self, record: StepRecord) -> None:
+        """Hold ``record`` for the next write."""
+        key = record.key
         self.steps[key] = record
         self._pending[key] = record
         self._done.add(key)
@@ -190,7 +260,6 @@ class PassState:
             # if it awaits something else first, this writes it as soon as it yields.
             self._carry_armed = True
             asyncio.get_running_loop().call_soon(self._carry_soon)
-        return record
 
     def adopt(self, step: StepRecord, *, handed: bool = False) -> None:
         """A step settled by a write of its own (a child run's end, or a job run here
@@ -200,23 +269,66 @@ class PassState:
         if handed:
             self.handed.append(step.key)
 
-    async def _take(self, *, wait: bool = True) -> tuple[list[StepRecord], set[str], set[str]]:
-        """What the next write carries (after the write of its own in flight, if any).
-        An outcome too large for the run's record goes to its step record first."""
+    async def _take(
+        self, *, wait: bool = True, beside: tuple[Any, ...] = ()
+    ) -> tuple[list[StepRecord], set[str], set[str]]:
+        """What the next write carries (after the write of its own in flight, if any):
+        the outcomes it journals, the in-flight marks it clears and the journal keys it
+        drops. The journal stays within its room (``beside``: what else the write puts
+        in the run's record): the outcomes that would take it past, and any too large
+        for it, go to their step records first. Taken off the pass at once, so a record
+        made meanwhile waits for the next write; given back if this fails."""
         if wait and self._carrying is not None:
             await self._carrying
+        if wait:
+            self._broken = None  # this write, awaited, carries what a failed one gave back
         if self._fenced:
             raise Stopped()
-        outcomes = list(self._pending.values())
-        large = [s for s in outcomes if stored_size(s.result, s.error) > LARGE_OUTCOME]
-        if large:
-            await self.store.save_steps(large)
-            outcomes = [s for s in outcomes if s not in large]
-            self._forget.update(s.key for s in large if s.key in self._journal)
-        forget = self._forget - {s.key for s in outcomes}
-        done = self._done
+        pending, done, forget = self._pending, self._done, self._forget
         self._pending, self._done, self._forget = {}, set(), set()
-        return outcomes, done, forget
+        sizes = self._sizes
+        try:
+            room = journal_room(self._input_size + (stored_size(*beside) if beside else 0))
+            # What stays in the journal from before this write.
+            held = {k: n for k, n in sizes.items() if k not in forget and k not in pending}
+            total = sum(held.values())
+            moved: list[StepRecord] = []
+            for key in [k for k in held if k in self._journal]:
+                if total <= room:  # the room shrank (a large output): make it fit
+                    break
+                moved.append(self._journal[key])
+                total -= held.pop(key)
+            outcomes: list[StepRecord] = []
+            for step in pending.values():
+                size = outcome_size(step)
+                if size <= LARGE_OUTCOME and total + size <= room:
+                    outcomes.append(step)
+                    held[step.key] = size
+                    total += size
+                else:
+                    moved.append(step)
+            # Reserved at once: writes in flight together must not fill the room twice.
+            self._sizes = held
+            if moved:
+                await self.store.save_steps(moved)
+                for step in moved:
+                    if step.key in pending:  # new here: the mirror has not seen it yet
+                        await mirror_step(self.runtime.mirror, step)
+        except BaseException:
+            self._sizes = sizes
+            self._give_back(list(pending.values()), done, forget)
+            raise
+        kept = {s.key for s in outcomes}
+        forget |= {s.key for s in moved if s.key in self._journal or s.key in sizes}
+        return outcomes, done, forget - kept
+
+    def _give_back(self, outcomes: list[StepRecord], done: set[str], forget: set[str]) -> None:
+        """A write that was to carry these failed: the next one carries them (a record
+        made since is newer and stays)."""
+        for step in outcomes:
+            self._pending.setdefault(step.key, step)
+        self._done |= done
+        self._forget |= forget
 
     async def _wrote(self, ok: bool, outcomes: list[StepRecord], forget: set[str]) -> None:
         """After a write that carried ``outcomes``: note what the journal holds now, or,
@@ -249,24 +361,29 @@ class PassState:
 
     def _carry_soon(self) -> None:
         self._carry_armed = False
-        if self._pending and self._carrying is None and not self._fenced:
+        if self._pending and self._carrying is None and not self._fenced and not self._broken:
             self._carrying = asyncio.ensure_future(self._carry())
 
     async def _carry(self) -> None:
         try:
             outcomes, done, forget = await self._take(wait=False)
-            ok = await self.store.record_steps(
-                self.run.run_id,
-                token=self.run.token,
-                status=self.status,
-                outcomes=outcomes,
-                done=done,
-                forget=forget,
-            )
             try:
-                await self._wrote(ok, outcomes, forget)
-            except Stopped:
-                pass  # the next boundary sees ``_fenced``
+                ok = await self.store.record_steps(
+                    self.run.run_id,
+                    token=self.run.token,
+                    status=self.status,
+                    outcomes=outcomes,
+                    done=done,
+                    forget=forget,
+                )
+            except BaseException:
+                self._give_back(outcomes, done, forget)
+                raise
+            await self._wrote(ok, outcomes, forget)
+        except Stopped:
+            pass  # the next boundary sees ``_fenced``
+        except Exception as exc:
+            self._failed_in_background(exc)
         finally:
             self._carrying = None
             if self._pending and not self._carry_armed:
@@ -280,16 +397,27 @@ class PassState:
             snapshot = dict(self._journal)
             await self.store.save_steps(list(snapshot.values()))
             self._forget.update(k for k, s in snapshot.items() if self._journal.get(k) is s)
+        except Exception as exc:
+            self._failed_in_background(exc)
         finally:
             self._copying = None
 
-    async def end_writes(self) -> tuple[list[StepRecord], set[str]]:
-        """Before the write that settles the pass: every outcome still to carry, with
-        the ones that must not stay in the journal already in their step records.
-        Returns (outcomes for the settle, journal keys it drops)."""
+    def _failed_in_background(self, exc: Exception) -> None:
+        """A write nobody awaits failed (what it was to carry is given back, or still
+        in the journal): the pass's next write, which it awaits, carries it again."""
+        log.warning("run %s: a write of this pass failed: %s: %s", self.run_id,
+                    type(exc).__name__, exc)  # fmt: skip
+        if self._broken is None:
+            self._broken = exc
+
+    async def end_writes(self, *beside: Any) -> tuple[list[StepRecord], set[str]]:
+        """Before the write that settles the pass (``beside``: what else it puts in the
+        run's record): every outcome still to carry, with the ones that must not stay
+        in the journal already in their step records. Returns (outcomes for the
+        settle, journal keys it drops)."""
         if self._copying is not None:
             await self._copying
-        outcomes, _, forget = await self._take()  # the settle clears every mark
+        outcomes, _, forget = await self._take(beside=beside)  # the settle clears marks
         settled = {s.key for s in outcomes}
         moving = [s for s in outcomes if not kept_in_journal(s)]
         moving += [
@@ -317,6 +445,12 @@ class PassState:
             await mirror_step(self.runtime.mirror, outcome)
 
     # ---- steps beside each other, and parking ------------------------------------
+
+    def arm_timer(self, due_at: datetime) -> None:
+        """Have this process trigger the run when ``due_at`` comes (a sleep, an event's
+        timeout, a long retry delay)."""
+        self.armed.add(due_at)
+        self.runtime.arm_timer(self.run_id, due_at)
 
     async def track(self, work: Awaitable[_T]) -> _T:
         """Await one step's work, counted as running (so the pass drains it before it

@@ -83,7 +83,7 @@ class RunPass(PassState):
     ) -> bool:
         """The write that ends the pass (``status`` None: it parks, unless a trigger came
         meanwhile), carrying the outcomes still to write."""
-        outcomes, forget = await self.end_writes()
+        outcomes, forget = await self.end_writes(output, error)
         ok = await self.store.settle_run(
             self.run.run_id,
             token=self.run.token,

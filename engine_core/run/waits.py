@@ -142,13 +142,13 @@ async def sleep_step(p: PassState, name: str, duration: Duration) -> None:
     if step is None:
         due = now + timedelta(seconds=seconds)
         await p.track(_arm(p, _scheduled(p, key, "sleep", due, timeout=seconds)))
-        p.runtime.arm_timer(p.run_id, due)
+        p.arm_timer(due)
         await p.park()
     if step.due_at is not None and step.due_at <= now:
         _wake(p, step, None)
         return None
     if step.due_at is not None:
-        p.runtime.arm_timer(p.run_id, step.due_at)
+        p.arm_timer(step.due_at)
     await p.park()
 
 
@@ -176,7 +176,7 @@ async def _wait_event(p: PassState, key: str, name: str, limit: float | None) ->
     elif step.due_at is not None and step.due_at <= now:
         return _wake(p, step, None)
     if step.due_at is not None:
-        p.runtime.arm_timer(p.run_id, step.due_at)
+        p.arm_timer(step.due_at)
     raise Parked()
 
 

@@ -1,0 +1,177 @@
+"""Issue 19 case 3: outcomes too many or too large for one write are never dropped.
+
+A wide fan-out (300 inline steps under ``asyncio.gather``, 60 KB each: about 18 MB of
+outcomes at once) is split so that no write is over the server's limits, the run's
+journal stays within its bound, and every outcome lands; a single outcome that cannot
+be stored at all fails its step with ``DocumentTooLargeError``; a write that fails in
+the background never lets the run complete. On nx-27017 (a real wire server)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+from bson import BSON
+from pymongo import monitoring
+
+from engine_core import Engine, StepFailedError, WorkflowContext, current_step
+from engine_core.journal import JOURNAL_BYTES
+from engine_core.values import MAX_VALUE_BYTES
+from pikku_mongo import MongoStore
+from tests.conftest import with_database
+
+WIDTH = 300
+SIZE = 60_000
+#: The server's limits (MongoDB's; nx-27017 reports the same).
+MAX_DOCUMENT = 16 * 1024 * 1024
+MAX_MESSAGE = 48_000_000
+
+
+class WriteSizes(monitoring.CommandListener):
+    """The size of every write command, and of its largest document or update."""
+
+    def __init__(self) -> None:
+        self.commands: list[int] = []
+        self.largest = 0
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        if event.command_name not in ("insert", "update", "findAndModify"):
+            return
+        command = event.command
+        self.commands.append(len(BSON.encode(command)))
+        for op in command.get("documents", []) or []:
+            self.largest = max(self.largest, len(BSON.encode(op)))
+        for op in command.get("updates", []) or []:
+            self.largest = max(self.largest, len(BSON.encode(op)))
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        pass
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass
+
+
+def _store(uri: str, database: str, listener: WriteSizes | None = None) -> MongoStore:
+    return MongoStore.from_uri(
+        with_database(uri, database), event_listeners=[listener] if listener else [],
+        max_clock_skew=0,
+    )  # fmt: skip
+
+
+def block(i: int) -> str:
+    return f"{i:04d}" + "x" * (SIZE - 4)
+
+
+def _fan_out(engine: Engine, calls: list[int]) -> None:
+    def step(i: int) -> str:
+        calls.append(i)
+        return block(i)
+
+    @engine.workflow("wide")
+    async def wide(ctx: WorkflowContext, data: Any) -> int:
+        results = await asyncio.gather(*(ctx.step(f"s{i}", step, i) for i in range(WIDTH)))
+        await ctx.wait_for_event("go")
+        return sum(r == block(i) for i, r in enumerate(results))
+
+
+async def test_a_wide_fan_out_records_every_outcome(nx_uri: str) -> None:
+    database = f"wo_{uuid.uuid4().hex[:10]}"
+    sizes = WriteSizes()
+    store = _store(nx_uri, database, sizes)
+    calls: list[int] = []
+    engine = Engine(store, lease_ttl="30s")
+    _fan_out(engine, calls)
+    async with engine:
+        run_id = await engine.start("wide")
+        for _ in range(1200):
+            status = await engine.status(run_id)
+            if status.status != "running" or "go" in status.steps:
+                break
+            await asyncio.sleep(0.1)
+    assert sorted(calls) == list(range(WIDTH))
+    status = await engine.status(run_id)
+    assert status.status == "running", status.error
+    done = [s for s in status.steps.values() if s.status == "succeeded"]
+    assert len(done) == WIDTH
+    # No write over the server's limits, and the run's record within its bound.
+    print(f"{len(sizes.commands)} writes, largest {max(sizes.commands)} bytes, "
+          f"largest document {sizes.largest} bytes")  # fmt: skip
+    assert max(sizes.commands) < MAX_MESSAGE
+    assert sizes.largest < MAX_DOCUMENT
+    raw = await store.runs.find_one({})
+    assert raw is not None and len(BSON.encode(raw)) < JOURNAL_BYTES + 64 * 1024
+    await store.close()
+
+    # Another process replays the run from what was stored: every result is there, and
+    # no step runs again.
+    calls.clear()
+    store = _store(nx_uri, database)
+    again = Engine(store, lease_ttl="30s")
+    _fan_out(again, calls)
+    async with again:
+        await again.send_event(run_id, "go", None)
+        assert await again.result(run_id, timeout=120) == WIDTH
+    assert calls == []
+    status = await again.status(run_id)
+    assert status.status == "completed"
+    assert sum(s.status == "succeeded" for k, s in status.steps.items() if k != "go") == WIDTH
+    assert all(s.result == block(int(k[1:])) for k, s in status.steps.items() if k != "go")
+    await store.close()
+
+
+async def test_a_wide_fan_out_that_ends_the_run_records_every_outcome(nx_uri: str) -> None:
+    # The issue's own case: the body returns right after the gather, so the outcomes go
+    # with the write that settles the run.
+    store = _store(nx_uri, f"wo_{uuid.uuid4().hex[:10]}")
+    engine = Engine(store, lease_ttl="30s")
+
+    @engine.workflow("wide")
+    async def wide(ctx: WorkflowContext, data: Any) -> int:
+        results = await asyncio.gather(*(ctx.step(f"s{i}", block, i) for i in range(WIDTH)))
+        return sum(r == block(i) for i, r in enumerate(results))
+
+    async with engine:
+        run_id = await engine.start("wide")
+        assert await engine.result(run_id, timeout=120) == WIDTH
+    status = await engine.status(run_id)
+    assert sum(s.status == "succeeded" for s in status.steps.values()) == WIDTH
+    assert all(s.result == block(int(k[1:])) for k, s in status.steps.items())
+    await store.close()
+
+
+async def test_an_outcome_the_store_cannot_keep_fails_its_step(nx_uri: str) -> None:
+    # A result under the engine's own bound for one value, on a step whose history of
+    # failed attempts (each error cut to 32 KB, and kept) takes its record past 16 MiB.
+    failures = 45
+
+    def grows() -> str:
+        info = current_step()
+        assert info is not None
+        if info.attempt <= failures:
+            raise RuntimeError("m" * 100_000)
+        return "x" * (MAX_VALUE_BYTES - 2000)
+
+    store = _store(nx_uri, f"wo_{uuid.uuid4().hex[:10]}")
+    engine = Engine(store, lease_ttl="30s")
+
+    @engine.workflow("big")
+    async def big(ctx: WorkflowContext, data: Any) -> Any:
+        await ctx.step("small", lambda: "fine")
+        try:
+            value = await ctx.step("big", grows, retries=failures + 5, retry_delay=0)
+        except StepFailedError as exc:
+            return [exc.error_type, str(exc)]
+        return len(value)
+
+    async with engine:
+        run_id = await engine.start("big")
+        error_type, message = await engine.result(run_id, timeout=120)
+    assert error_type == "DocumentTooLargeError" and "16 MiB" in message
+    status = await engine.status(run_id)
+    assert status.status == "completed"
+    assert status.steps["small"].result == "fine"
+    step = status.steps["big"]
+    assert step.status == "failed" and step.attempts == failures + 1 and step.result is None
+    assert step.error is not None and step.error["type"] == "DocumentTooLargeError"
+    await store.close()
