@@ -108,6 +108,8 @@ class PassState:
         self._forget: set[str] = set()
         self._carry_armed = False
         self._carrying: asyncio.Task[None] | None = None
+        # A write of its own failed: what it carried waits for the next boundary's write.
+        self._carry_failed = False
         self._copying: asyncio.Task[None] | None = None
         self._uncopied = len(run.journal)  # outcomes journaled since the last copy
         self._fenced = False
@@ -207,6 +209,8 @@ class PassState:
             await self._carrying
         if self._fenced:
             raise Stopped()
+        if wait:
+            self._carry_failed = False
         outcomes = list(self._pending.values())
         large = [s for s in outcomes if stored_size(s.result, s.error) > LARGE_OUTCOME]
         if large:
@@ -250,19 +254,34 @@ class PassState:
     def _carry_soon(self) -> None:
         self._carry_armed = False
         if self._pending and self._carrying is None and not self._fenced:
-            self._carrying = asyncio.ensure_future(self._carry())
+            if not self._carry_failed:
+                self._carrying = asyncio.ensure_future(self._carry())
 
     async def _carry(self) -> None:
         try:
             outcomes, done, forget = await self._take(wait=False)
-            ok = await self.store.record_steps(
-                self.run.run_id,
-                token=self.run.token,
-                status=self.status,
-                outcomes=outcomes,
-                done=done,
-                forget=forget,
-            )
+            try:
+                ok = await self.store.record_steps(
+                    self.run.run_id,
+                    token=self.run.token,
+                    status=self.status,
+                    outcomes=outcomes,
+                    done=done,
+                    forget=forget,
+                )
+            except Exception:
+                # The store went away (or refused the write), and nobody awaits this
+                # task: dropping what it carried would let the pass's settle clear the
+                # in-flight marks of steps whose outcomes never landed, and a later
+                # pass would run those attempts again under the same numbers. They go
+                # back to be carried by the next boundary's write, which meets the
+                # outage (or the error) itself if it is still there.
+                self._carry_failed = True
+                for outcome in outcomes:
+                    self._pending.setdefault(outcome.key, outcome)
+                self._done |= done
+                self._forget |= forget
+                return
             try:
                 await self._wrote(ok, outcomes, forget)
             except Stopped:

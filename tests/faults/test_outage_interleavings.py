@@ -1,0 +1,106 @@
+"""Interleavings of a store outage with one pass, made deterministic: the engine runs in
+this process against a real wire server, and the one write the outage takes away is
+chosen by the test.
+
+An attempt number must never run twice, and no outage may fail a run."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from engine_core import Engine
+from engine_core.errors import StoreUnavailableError
+from engine_core.records import StepRecord
+from pikku_mongo import MongoStore
+from tests.conftest import with_database
+from tests.faults.conftest import LEASE_TTL, MAX_CLOCK_SKEW
+from tests.faults.workload import (
+    assert_no_step_ran_after_its_success,
+    mixed_output,
+    read_log,
+    register,
+)
+
+pytestmark = pytest.mark.faults
+
+
+@pytest.fixture
+async def engines(nx_uri: str, exec_log: Path) -> AsyncIterator[Callable[[], Awaitable[Engine]]]:
+    """Serving engines in this process (they run the workload's steps and jobs), each
+    with a store of its own on one database, as processes of one fleet would be."""
+    uri = with_database(nx_uri, f"o_{uuid.uuid4().hex[:10]}")
+    stores: list[MongoStore] = []
+
+    async def make() -> Engine:
+        store = MongoStore.from_uri(uri, max_clock_skew=MAX_CLOCK_SKEW)
+        stores.append(store)
+        await store.init()
+        engine = Engine(store, lease_ttl=LEASE_TTL)
+        register(engine)
+        return engine
+
+    try:
+        yield make
+    finally:
+        for store in stores:
+            await store.close()
+
+
+async def parked_on(engine: Engine, run_id: str, key: str, limit: float = 20) -> None:
+    """Once the run's pass has parked on step ``key`` (settled, lease let go)."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        run = await engine.store.get_run(run_id)
+        if run is not None and not run.open_pass:
+            steps = {s.key: s for s in await engine.store.load_steps(run_id)}
+            if key in steps and steps[key].status == "scheduled":
+                return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"run {run_id} did not park on {key!r}")
+
+
+async def test_an_outcome_whose_own_write_met_the_outage_is_not_lost(
+    engines: Callable[[], Awaitable[Engine]], exec_log: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Step ``a`` succeeds; the body then awaits the store (the dispatched job is
+    inserted claimed, to run here), so ``a``'s outcome goes in a write of its own. That
+    write meets the outage and gives up (``StoreUnavailableError``: its retries ran out)
+    while the job's insert, sent a moment later, rides the outage out. The pass goes
+    on; ``a``'s outcome must still land with its next write. It used to be dropped, and
+    the pass's settle (parked on the nap) cleared ``a``'s in-flight mark: the next pass,
+    in another process, found no trace of ``a`` and ran attempt 1 again (seen in the
+    30 s outage: "attempts that ran twice: [('mixed-091', 'a', 1), ...]")."""
+    first = await engines()
+    store = first.store
+    record_steps = store.record_steps
+    failed: list[str] = []
+
+    async def outage_once(run_id: str, *, outcomes: list[StepRecord], **kw: Any) -> bool:
+        if not failed and [s.key for s in outcomes] == ["a"]:
+            failed.append(run_id)
+            raise StoreUnavailableError("the MongoDB server is unavailable (test)")
+        return await record_steps(run_id, outcomes=outcomes, **kw)
+
+    monkeypatch.setattr(store, "record_steps", outage_once)
+    async with first:
+        run_id = await first.start("mixed", {"n": 7, "nap": 0.5}, run_id="mixed-007")
+        await parked_on(first, run_id, "nap")
+    assert failed == [run_id]
+    # The nap is over in another process of the fleet: it gives the run its next pass.
+    second = await engines()
+    async with second:
+        assert await second.result(run_id, timeout=30) == mixed_output(7)
+    log = read_log(str(exec_log))
+    starts = Counter((r["step"], r["attempt"]) for r in log if r["kind"] == "start")
+    assert starts[("a", 1)] == 1, sorted(starts.items())
+    await assert_no_step_ran_after_its_success(second, [run_id], log)
+    # Nothing was lost: the outcome rode on the next write, so no attempt was taken back.
+    assert starts == {("a", 1): 1, ("job", 1): 1, ("c", 1): 1}, sorted(starts.items())
