@@ -258,9 +258,12 @@ class PassState:
                 self._carrying = asyncio.ensure_future(self._carry())
 
     async def _carry(self) -> None:
+        outcomes: list[StepRecord] = []
+        done: set[str] = set()
+        forget: set[str] = set()
         try:
-            outcomes, done, forget = await self._take(wait=False)
             try:
+                outcomes, done, forget = await self._take(wait=False)
                 ok = await self.store.record_steps(
                     self.run.run_id,
                     token=self.run.token,
