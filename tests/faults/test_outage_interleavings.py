@@ -21,13 +21,14 @@ from engine_core.errors import StoreUnavailableError
 from engine_core.records import StepRecord
 from pikku_mongo import MongoStore
 from tests.conftest import with_database
-from tests.faults.conftest import LEASE_TTL, MAX_CLOCK_SKEW
+from tests.faults.conftest import LEASE_TTL, MAX_CLOCK_SKEW, RECOVERY_INTERVAL
 from tests.faults.workload import (
     assert_no_step_ran_after_its_success,
     mixed_output,
     read_log,
     register,
 )
+from tests.support.proxy import FaultProxy
 
 pytestmark = pytest.mark.faults
 
@@ -104,3 +105,73 @@ async def test_an_outcome_whose_own_write_met_the_outage_is_not_lost(
     await assert_no_step_ran_after_its_success(second, [run_id], log)
     # Nothing was lost: the outcome rode on the next write, so no attempt was taken back.
     assert starts == {("a", 1): 1, ("job", 1): 1, ("c", 1): 1}, sorted(starts.items())
+
+
+def starts_step_a(command: dict[str, Any], run_id: str) -> bool:
+    """start_step of ``a``: one update of the run that puts an entry in flight and
+    carries no outcome (the run's first write after its lease was taken)."""
+    updates = command.get("updates", [])
+    if command.get("update") != "pikku_runs" or len(updates) != 1:
+        return False
+    update: dict[str, Any] = updates[0]
+    fields = list(update["u"].get("$set", {}))
+    return (
+        update["q"].get("_id") == run_id
+        and any(f.startswith("inflight.") for f in fields)
+        and not any(f.startswith("journal.") for f in fields)
+    )
+
+
+async def test_a_start_whose_reply_was_lost_does_not_run_once_the_run_was_taken_over(
+    proxy: FaultProxy, nx_uri: str, exec_log: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Engine A (behind the proxy) starts step ``a``: the write lands, and its reply is
+    held (the proxy freezes) past A's lease, then lost. Engine B takes the run over (its
+    recovery finds the step in flight under a lapsed lease), counts attempt 1 lost and
+    is about to start attempt 2. A, sending its start again, finds that its first try
+    landed: but the run is B's now, so A must not run attempt 1 (it used to: A's body
+    and B's ran side by side, attempt 1 after B had counted it lost)."""
+    run_id = "taken-1"
+    database = f"t_{uuid.uuid4().hex[:10]}"
+
+    def freezing(command: dict[str, Any]) -> bool:
+        if not starts_step_a(command, run_id):
+            return False
+        proxy.freeze(5)  # past A's lease (2 s), B's recovery (1 s) and its begin
+        return True
+
+    rule = proxy.drop_reply("update", freezing)
+
+    async def engine(uri: str) -> Engine:
+        store = MongoStore.from_uri(uri, max_clock_skew=MAX_CLOCK_SKEW)
+        await store.init()
+        made = Engine(store, lease_ttl=LEASE_TTL, recovery_interval=RECOVERY_INTERVAL)
+        register(made)
+        return made
+
+    a = await engine(proxy.uri(database))
+    b = await engine(with_database(nx_uri, database))
+    # B's first start of ``a`` waits until A has done what it does with its lost reply.
+    b_start_step = b.store.start_step
+
+    async def after_a(run: str, **kw: Any) -> bool:
+        if run == run_id and kw.get("attempt") == 2:
+            deadline = time.monotonic() + 20
+            while a._host.driver.driving(run_id) and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+        return await b_start_step(run, **kw)
+
+    monkeypatch.setattr(b.store, "start_step", after_a)
+    try:
+        async with a, b:
+            await a.start("mixed", {"n": 3}, run_id=run_id)
+            await rule.wait(timeout=20)
+            assert await b.result(run_id, timeout=60) == mixed_output(3)
+        log = read_log(str(exec_log))
+        await assert_no_step_ran_after_its_success(b, [run_id], log)
+    finally:
+        await a.store.close()
+        await b.store.close()
+    starts = Counter((r["step"], r["attempt"]) for r in log if r["kind"] == "start")
+    assert ("a", 1) not in starts, sorted(starts.items())
+    assert starts[("a", 2)] == 1, sorted(starts.items())
