@@ -108,8 +108,6 @@ class PassState:
         self._forget: set[str] = set()
         self._carry_armed = False
         self._carrying: asyncio.Task[None] | None = None
-        # A write of its own failed: what it carried waits for the next boundary's write.
-        self._carry_failed = False
         self._copying: asyncio.Task[None] | None = None
         self._uncopied = len(run.journal)  # outcomes journaled since the last copy
         self._fenced = False
@@ -209,8 +207,6 @@ class PassState:
             await self._carrying
         if self._fenced:
             raise Stopped()
-        if wait:
-            self._carry_failed = False
         outcomes = list(self._pending.values())
         large = [s for s in outcomes if stored_size(s.result, s.error) > LARGE_OUTCOME]
         if large:
@@ -254,13 +250,13 @@ class PassState:
     def _carry_soon(self) -> None:
         self._carry_armed = False
         if self._pending and self._carrying is None and not self._fenced:
-            if not self._carry_failed:
-                self._carrying = asyncio.ensure_future(self._carry())
+            self._carrying = asyncio.ensure_future(self._carry())
 
     async def _carry(self) -> None:
         outcomes: list[StepRecord] = []
         done: set[str] = set()
         forget: set[str] = set()
+        failed = False
         try:
             try:
                 outcomes, done, forget = await self._take(wait=False)
@@ -277,9 +273,10 @@ class PassState:
                 # task: dropping what it carried would let the pass's settle clear the
                 # in-flight marks of steps whose outcomes never landed, and a later
                 # pass would run those attempts again under the same numbers. They go
-                # back to be carried by the next boundary's write, which meets the
-                # outage (or the error) itself if it is still there.
-                self._carry_failed = True
+                # back to be carried by a later write (the next boundary's at the
+                # latest, which meets the outage or the error itself if it is still
+                # there); not by another carry at once.
+                failed = True
                 for outcome in outcomes:
                     self._pending.setdefault(outcome.key, outcome)
                 self._done |= done
@@ -291,7 +288,7 @@ class PassState:
                 pass  # the next boundary sees ``_fenced``
         finally:
             self._carrying = None
-            if self._pending and not self._carry_armed:
+            if self._pending and not self._carry_armed and not failed:
                 self._carry_armed = True
                 asyncio.get_running_loop().call_soon(self._carry_soon)
 
