@@ -18,7 +18,7 @@ import pytest
 
 from engine_core import Engine
 from engine_core.errors import StoreUnavailableError
-from engine_core.records import StepRecord
+from engine_core.records import RunRecord, StepRecord
 from pikku_mongo import MongoStore
 from tests.conftest import with_database
 from tests.faults.conftest import LEASE_TTL, MAX_CLOCK_SKEW, RECOVERY_INTERVAL
@@ -130,14 +130,16 @@ async def test_a_start_whose_reply_was_lost_does_not_run_once_the_run_was_taken_
     recovery finds the step in flight under a lapsed lease), counts attempt 1 lost and
     is about to start attempt 2. A, sending its start again, finds that its first try
     landed: but the run is B's now, so A must not run attempt 1 (it used to: A's body
-    and B's ran side by side, attempt 1 after B had counted it lost)."""
+    and B's ran side by side, attempt 1 after B had counted it lost). No timing is
+    left to chance: the proxy thaws once B has begun its pass, and B starts attempt 2
+    once A has let the run go."""
     run_id = "taken-1"
     database = f"t_{uuid.uuid4().hex[:10]}"
 
     def freezing(command: dict[str, Any]) -> bool:
         if not starts_step_a(command, run_id):
             return False
-        proxy.freeze(5)  # past A's lease (2 s), B's recovery (1 s) and its begin
+        proxy.freeze()  # until B has taken the run over
         return True
 
     rule = proxy.drop_reply("update", freezing)
@@ -151,16 +153,23 @@ async def test_a_start_whose_reply_was_lost_does_not_run_once_the_run_was_taken_
 
     a = await engine(proxy.uri(database))
     b = await engine(with_database(nx_uri, database))
-    # B's first start of ``a`` waits until A has done what it does with its lost reply.
-    b_start_step = b.store.start_step
+    b_begin_pass, b_start_step = b.store.begin_pass, b.store.start_step
 
+    async def then_thaw(run: str, **kw: Any) -> RunRecord | None:
+        begun = await b_begin_pass(run, **kw)
+        if begun is not None and run == run_id:
+            proxy.thaw()
+        return begun
+
+    # B's start of ``a`` waits until A has done what it does with its lost reply.
     async def after_a(run: str, **kw: Any) -> bool:
-        if run == run_id and kw.get("attempt") == 2:
+        if run == run_id and kw.get("key") == "a":
             deadline = time.monotonic() + 20
             while a._host.driver.driving(run_id) and time.monotonic() < deadline:
                 await asyncio.sleep(0.02)
         return await b_start_step(run, **kw)
 
+    monkeypatch.setattr(b.store, "begin_pass", then_thaw)
     monkeypatch.setattr(b.store, "start_step", after_a)
     try:
         async with a, b:
