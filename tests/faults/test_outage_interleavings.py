@@ -92,7 +92,7 @@ async def test_an_outcome_whose_own_write_met_the_outage_is_not_lost(
 
     monkeypatch.setattr(store, "record_steps", outage_once)
     async with first:
-        run_id = await first.start("mixed", {"n": 7, "nap": 0.5}, run_id="mixed-007")
+        run_id = await first.start("mixed", {"n": 7, "nap": 2.0}, run_id="mixed-007")
         await parked_on(first, run_id, "nap")
     assert failed == [run_id]
     # The nap is over in another process of the fleet: it gives the run its next pass.
