@@ -245,16 +245,23 @@ class RunOps(SkewBound):
             "status": check_str(status, "run status"),
             "token": check_int(token, "token"),
         }
-        return await self._guarded(query, to_set, to_unset)
+        # Landed, but the run taken over since (a newer pass's begin leaves ``op`` as it
+        # was): the pass is fenced out as if it had not, so it starts no step body for
+        # an attempt the newer pass has already counted lost.
+        return await self._guarded(query, to_set, to_unset, still=("token",))
 
-    async def _guarded(self, query: Doc, to_set: Doc, to_unset: Doc) -> bool:
+    async def _guarded(
+        self, query: Doc, to_set: Doc, to_unset: Doc, *, still: Sequence[str] = ()
+    ) -> bool:
         """A guarded write of the run that knows, when it is sent again after a lost
         reply and finds its guard failed, whether its first try landed: it carries an
-        operation id, and the run keeps the last one written."""
+        operation id, and the run keeps the last one written. ``still``: fields of the
+        guard that must hold yet for a landed first try to count."""
         to_set["op"] = op = uuid.uuid4().hex
+        mine: Doc = {"_id": query["_id"], "op": eq(op), **{f: query[f] for f in still}}
 
         async def landed() -> bool:
-            doc = await self.runs.find_one({"_id": query["_id"], "op": eq(op)}, {"_id": 1})
+            doc = await self.runs.find_one(mine, {"_id": 1})
             return doc is not None
 
         return await self.run_writes.guarded(query, _update(to_set, to_unset), landed)
