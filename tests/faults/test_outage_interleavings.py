@@ -22,12 +22,8 @@ from engine_core.records import RunRecord, StepRecord
 from pikku_mongo import MongoStore
 from tests.conftest import with_database
 from tests.faults.conftest import LEASE_TTL, MAX_CLOCK_SKEW, RECOVERY_INTERVAL
-from tests.faults.workload import (
-    assert_no_step_ran_after_its_success,
-    mixed_output,
-    read_log,
-    register,
-)
+from tests.faults.workload import assert_no_step_ran_after_its_success, mixed_output, register
+from tests.support.execution_log import read_log
 from tests.support.proxy import FaultProxy
 
 pytestmark = pytest.mark.faults
