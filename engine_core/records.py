@@ -89,6 +89,9 @@ class RunRecord:
     dedup_id: str | None = None
     not_before: datetime | None = None
     deadline_at: datetime | None = None
+    #: The ``deadline`` duration the run was started with (seconds): a retry re-arms a
+    #: fresh window of it (``deadline_at`` is the due time of the current window).
+    deadline_s: float | None = None
 
 
 @dataclass

@@ -251,6 +251,24 @@ class Store(Protocol):
         without one moves to ``running``, owed a pass. Returns the runs this call
         released, as they are after the write (of concurrent calls, one releases each)."""
 
+    async def dedup_holder(self, queue: str | None, dedup_id: str) -> str | None:
+        """The id of the run that is not terminal holding (``queue``, ``dedup_id``), or
+        None when the pair is free."""
+
+    async def reenter_run(
+        self, run: RunRecord, *, expect: Sequence[RunState], forget: Iterable[str] = ()
+    ) -> RunRecord | None:
+        """Put a run back into flow control as ``run`` describes it (see
+        ``engine_core.run.reentry``), if the stored run is in one of ``expect``: in one
+        atomic write set its ``status`` (``queued``: in its queue's line, as a start
+        puts it; or ``running``), ``pending_pass``, ``deadline_at`` and ``deadline_s``,
+        clear ``not_before``, add ``"*"`` to ``changed``, drop the ``forget`` keys from
+        the journal, and take its (``queue``, ``dedup_id``) pair again. While another run
+        that is not terminal holds the pair, nothing is written and
+        :class:`~engine_core.DuplicateRunError` names that run (of concurrent takers of
+        one pair, exactly one lands, as for :meth:`insert_run`). Returns the run after
+        the write, or None when the guard failed or the run does not exist."""
+
     async def find_deadlines(self, before: datetime, limit: int) -> list[RunRecord]:
         """Up to ``limit`` runs that are not terminal whose ``deadline_at`` is earlier
         than ``before``, earliest first."""

@@ -165,6 +165,8 @@ def flow_fields(run: RunRecord) -> Doc:
             doc[name] = pack(check_str(value, name))
     if run.deadline_at is not None:
         doc["deadline"] = to_us(run.deadline_at)
+    if run.deadline_s is not None:
+        doc["deadline_s"] = float(run.deadline_s)
     if run.status in TERMINAL:
         return doc
     if run.dedup_id is not None:
@@ -227,6 +229,7 @@ def run_from_doc(doc: Doc) -> RunRecord:
         dedup_id=unpack_opt(doc.get("dedup_id")),
         not_before=opt_from_us(doc.get("not_before_us")),
         deadline_at=opt_from_us(doc.get("deadline")),
+        deadline_s=float(doc["deadline_s"]) if doc.get("deadline_s") is not None else None,
     )
 
 

@@ -12,18 +12,28 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, cast
 
+from pymongo import ReturnDocument
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import DuplicateKeyError
 
-from engine_core.records import LinePage, QueueState, RunRecord, utcnow
+from engine_core.errors import DuplicateRunError
+from engine_core.records import LinePage, QueueState, RunRecord, RunState, utcnow
 from pikku_mongo.batcher import Batcher
-from pikku_mongo.checks import check_datetime, check_int, check_str
-from pikku_mongo.documents import Doc, line_bounds, line_key, run_from_doc
+from pikku_mongo.checks import check_datetime, check_int, check_str, check_strs
+from pikku_mongo.documents import (
+    Doc,
+    dedup_key,
+    flow_fields,
+    inflight_field,
+    line_bounds,
+    line_key,
+    run_from_doc,
+)
 from pikku_mongo.encoding import from_us, pack, to_us, unpack, unpack_opt
 from pikku_mongo.filters import eq
 from pikku_mongo.retry import transient_retry
@@ -213,6 +223,81 @@ class QueueOps(SkewBound):
         unique = {r.run_id: r for r in runs}.values()
         released = await asyncio.gather(*(release(run) for run in unique))
         return [run for run in released if run is not None]
+
+    @transient_retry
+    async def dedup_holder(self, queue: str | None, dedup_id: str) -> str | None:
+        """1 find on the ``dedup`` index."""
+        key = dedup_key(queue, check_str(dedup_id, "dedup_id"))
+        holder = await self.runs.find_one({"dedup": eq(key)}, {"_id": 1})
+        return unpack(holder["_id"]) if holder is not None else None
+
+    async def reenter_run(
+        self, run: RunRecord, *, expect: Sequence[RunState], forget: Iterable[str] = ()
+    ) -> RunRecord | None:
+        """1 findAndModify, guarded by status; the unique ``dedup`` index refuses it
+        while another live run holds the dedup id (then 1 or 2 finds name that run, or
+        tell a failed guard from a freed id). Sent
+        again after a lost reply, it first looks for its operation id, as
+        ``set_run_status`` does."""
+        fields = flow_fields(run)
+        to_set: Doc = {
+            **fields,
+            "status": check_str(run.status, "run status"),
+            "pending_pass": bool(run.pending_pass),
+            "updated_at": to_us(utcnow()),
+            f"changed.{inflight_field('*')}": "*",
+            "op": (op := uuid.uuid4().hex),
+        }
+        to_unset: Doc = {
+            name: ""
+            for name in ("not_before_us", "line", "deadline", "deadline_s", "deadline_due")
+            if name not in fields
+        }
+        for key in forget:
+            to_unset[f"journal.{inflight_field(check_str(key, 'journal key'))}"] = ""
+        query = {
+            "_id": pack(check_str(run.run_id, "run id")),
+            "status": {"$in": check_strs(expect, "expected run status")},
+        }
+        update: Doc = {"$set": to_set, "$unset": to_unset} if to_unset else {"$set": to_set}
+        tries = 0
+
+        async def once() -> Doc | None:
+            nonlocal tries
+            tries += 1
+            if tries > 1:
+                mine = await self.runs.find_one({"_id": query["_id"], "op": eq(op)})
+                if mine is not None:
+                    return mine
+            return await self.runs.find_one_and_update(
+                query, update, return_document=ReturnDocument.AFTER
+            )
+
+        while True:
+            try:
+                doc = await transient_retry(once)()
+            except DuplicateKeyError:
+                doc = None
+            if doc is not None:
+                return run_from_doc(doc)
+            if run.dedup_id is None:
+                return None
+            # Refused by the unique index: MongoDB says so, nx-27017's findAndModify
+            # answers "no document" and writes nothing. Either way, name the holder.
+            holder = await self.dedup_holder(run.queue, run.dedup_id)
+            if holder is None:
+                current = await self.runs.find_one({"_id": query["_id"]}, {"status": 1})
+                if current is not None and current.get("status") in expect:
+                    continue  # the id was freed between the commands: try again
+                return None
+            if holder == run.run_id:
+                return None  # another re-entry of this run landed first
+            raise DuplicateRunError(
+                f"run {holder!r} holds dedup id {run.dedup_id!r}"
+                + (f" on queue {run.queue!r}" if run.queue else "")
+                + f" and has not ended, so run {run.run_id!r} cannot take it again",
+                run_id=holder,
+            )
 
     @transient_retry
     async def find_deadlines(self, before: datetime, limit: int) -> list[RunRecord]:

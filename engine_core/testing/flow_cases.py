@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -203,3 +204,69 @@ class FlowCases:
         assert await store.queue_names() == ["q", "q3"]
         got = await store.get_run("a")
         assert got is not None and (got.queue, got.priority) == ("q", 0)
+
+    async def _failed_run(self, store: Store, run_id: str, **extra: Any) -> RunRecord:
+        await store.insert_run(queued(run_id, **extra))
+        if extra.get("queue", "q") is not None:
+            assert await store.admit_runs([run_id]) == 1
+        else:
+            await store.set_run_status(run_id, "running", expect=("queued",))
+        token = await begin(store, run_id)
+        await store.settle_run(run_id, token=token, expect=("running",), status="failed")
+        failed = await store.get_run(run_id)
+        assert failed is not None and failed.status == "failed"
+        return failed
+
+    async def test_a_failed_run_reenters_its_queue_dedup_id_and_deadline(
+        self, store: Store
+    ) -> None:
+        now = utcnow()
+        due = now + timedelta(seconds=5)
+        failed = await self._failed_run(
+            store, "a", dedup_id="d", deadline_at=now + timedelta(seconds=1), deadline_s=1.0
+        )
+        # Its flow-control fields are kept on the ended run; what only a live run holds
+        # is given up.
+        assert (failed.queue, failed.dedup_id, failed.deadline_s) == ("q", "d", 1.0)
+        assert await store.dedup_holder("q", "d") is None
+        assert await store.find_deadlines(now + timedelta(hours=1), 10) == []
+        back = replace(failed, status="queued", pending_pass=False, deadline_at=due)
+        got = await store.reenter_run(back, expect=("failed",))
+        assert got is not None and (got.status, got.pending_pass) == ("queued", False)
+        assert (got.deadline_at, got.deadline_s, got.dedup_id) == (due, 1.0, "d")
+        assert [r.run_id for r in await store.queued_runs("q", limit=10)] == ["a"]
+        assert await store.dedup_holder("q", "d") == "a"
+        assert [r.run_id for r in await store.find_deadlines(due + timedelta(1), 10)] == ["a"]
+        try:
+            await store.insert_run(queued("b", dedup_id="d"))
+        except DuplicateRunError as exc:
+            assert exc.run_id == "a"
+        else:
+            raise AssertionError("a start took the dedup id of a run that went live again")
+        assert await store.reenter_run(back, expect=("failed",)) is None  # not failed now
+        assert await store.admit_runs(["a"]) == 1
+
+    async def test_a_run_off_any_queue_reenters_running_and_owed_a_pass(self, store: Store) -> None:
+        failed = await self._failed_run(store, "a", queue=None)
+        back = replace(failed, status="running", pending_pass=True)
+        got = await store.reenter_run(back, expect=("failed",))
+        assert got is not None and (got.status, got.pending_pass) == ("running", True)
+        assert got.deadline_at is None and await store.queued_runs("q", limit=10) == []
+
+    async def test_a_reentry_whose_dedup_id_is_held_writes_nothing(self, store: Store) -> None:
+        now = utcnow()
+        failed = await self._failed_run(store, "a", dedup_id="d", deadline_s=1.0)
+        await store.insert_run(queued("b", dedup_id="d"))
+        due = now + timedelta(seconds=5)
+        back = replace(failed, status="queued", pending_pass=False, deadline_at=due)
+        try:
+            await store.reenter_run(back, expect=("failed",))
+        except DuplicateRunError as exc:
+            assert exc.run_id == "b"
+        else:
+            raise AssertionError("a run went live again holding a dedup id another holds")
+        got = await store.get_run("a")
+        assert got is not None and got.status == "failed" and got.deadline_at is None
+        assert [r.run_id for r in await store.queued_runs("q", limit=10)] == ["b"]
+        assert await store.dedup_holder("q", "d") == "b"
+        assert await store.find_deadlines(due + timedelta(1), 10) == []
