@@ -228,9 +228,20 @@ class Store(Protocol):
         then run id, starting strictly after ``after``. Costs O(limit) whatever the
         line's length."""
 
-    async def admit_runs(self, run_ids: Sequence[str]) -> int:
-        """Move each of these runs that is still ``queued`` with no ``not_before`` to
-        ``running``, owed a pass, out of its line. Returns how many moved."""
+    async def admit_runs(self, runs: Sequence[RunRecord]) -> int:
+        """Move each of these runs (as read from the line) that is still ``queued`` with
+        no ``not_before`` to ``running``, owed a pass, out of its line and among its
+        queue's admitted runs. Returns how many moved."""
+
+    async def count_admitted(self, queue: str) -> int:
+        """How many runs of the queue were admitted and have not ended (status neither
+        ``queued`` nor terminal). Costs an index range of that many entries."""
+
+    async def count_admitted_keys(
+        self, queue: str, keys: Sequence[str | None]
+    ) -> dict[str | None, int]:
+        """How many runs of the queue with each of these keys (None: no key) were
+        admitted and have not ended; a key with none is absent."""
 
     async def admit_run_holding(
         self, run: RunRecord, *, holder: str, ttl: float
@@ -238,8 +249,8 @@ class Store(Protocol):
         """Admit ``run`` (as read from its line) and begin its first pass under
         ``holder``'s lease in the same write: move it to ``running`` out of its line, add
         one to ``token`` and ``passes``, set ``open_pass`` and the lease, leave no pass
-        owed. Lands only if the run is still ``queued`` in its line with the token it was
-        read with. Returns the run as begun, or None."""
+        owed, among its queue's admitted runs. Lands only if the run is still ``queued``
+        in its line with the token it was read with. Returns the run as begun, or None."""
 
     async def find_delayed_runs(self, before: datetime, limit: int) -> list[RunRecord]:
         """Up to ``limit`` ``queued`` runs whose ``not_before`` is earlier than

@@ -59,7 +59,9 @@ async def test_racing_admitters_keep_concurrency_and_key_limits(store: Store) ->
     assert max(Counter(r.queue_key for r in running).values()) <= 2
     assert sorted(set(kicks.kicked)) == sorted(r.run_id for r in running)
     state = await store.get_queue_state("q")
-    assert state is not None and sorted(state.holders) == sorted(r.run_id for r in running)
+    assert state is not None and state.held >= 5
+    assert set(state.reserved) <= {r.run_id for r in running}
+    assert await store.count_admitted("q") == 5
 
 
 async def test_a_slot_frees_when_its_run_ends_and_the_next_in_line_goes(store: Store) -> None:
@@ -90,7 +92,7 @@ async def test_a_round_that_died_after_reserving_is_finished_by_the_next(store: 
         pass
     assert await _running(store) == []
     state = await store.get_queue_state("q")
-    assert state is not None and list(state.holders) == ["r0"]  # reserved, not moved
+    assert state is not None and state.reserved == ["r0"]  # reserved, not moved
     await Admitter(store, Kicks(), limits).admit_round()  # type: ignore[arg-type]
     assert [r.run_id for r in await _running(store)] == ["r0"]
 

@@ -52,14 +52,27 @@ class FlowMemory:
             line = [r for r in line if (r.priority, r.created_at, r.run_id) > start]
         return [clone(r) for r in line[:limit]]
 
-    async def admit_runs(self, run_ids: Sequence[str]) -> int:
+    async def admit_runs(self, runs: Sequence[RunRecord]) -> int:
         moved = 0
-        for run_id in dict.fromkeys(run_ids):
+        for run_id in dict.fromkeys(r.run_id for r in runs):
             run = self._runs.get(run_id)
             if run is not None and run.status == "queued" and run.not_before is None:
                 self._admit(run)
                 moved += 1
         return moved
+
+    async def count_admitted(self, queue: str) -> int:
+        return sum(1 for r in self._runs.values() if _admitted(r, queue))
+
+    async def count_admitted_keys(
+        self, queue: str, keys: Sequence[str | None]
+    ) -> dict[str | None, int]:
+        wanted = set(keys)
+        counts: dict[str | None, int] = {}
+        for run in self._runs.values():
+            if _admitted(run, queue) and run.queue_key in wanted:
+                counts[run.queue_key] = counts.get(run.queue_key, 0) + 1
+        return counts
 
     async def admit_run_holding(
         self, run: RunRecord, *, holder: str, ttl: float
@@ -210,3 +223,7 @@ class FlowMemory:
 
 def _in_line(run: RunRecord, queue: str) -> bool:
     return run.status == "queued" and run.queue == queue and run.not_before is None
+
+
+def _admitted(run: RunRecord, queue: str) -> bool:
+    return run.queue == queue and run.status != "queued" and run.status not in TERMINAL

@@ -18,6 +18,11 @@ def queued(run_id: str, queue: str | None = "q", **extra: Any) -> RunRecord:
     return make_run(run_id, status="queued", pending_pass=False, queue=queue, **extra)
 
 
+async def admit(store: Store, *run_ids: str) -> int:
+    """``store.admit_runs`` of the runs with these ids that exist, as stored."""
+    return await store.admit_runs(await store.get_runs(run_ids))
+
+
 class FlowCases:
     """What a store must do for queues, dedup ids, delayed starts and deadlines."""
 
@@ -26,18 +31,22 @@ class FlowCases:
     ) -> None:
         assert await store.get_queue_state("q") is None
         now = utcnow()
-        first = QueueState("q", version=1, holders={"a": "k1", "b": None}, recent=[now])
+        first = QueueState(
+            "q", version=1, held=7, reserved=["a", "b"], window=[(now, 3)], legacy={"x": "k"}
+        )
         assert await store.save_queue_state(first, expect_version=0)
         assert not await store.save_queue_state(first, expect_version=0)
         got = await store.get_queue_state("q")
         assert got is not None
-        assert (got.version, got.holders, got.recent) == (1, {"a": "k1", "b": None}, [now])
-        second = QueueState("q", version=2, holders={}, minutes=[(5, 3)])
+        assert (got.version, got.held, got.reserved, got.window, got.legacy) == (
+            1, 7, ["a", "b"], [(now, 3)], {"x": "k"},
+        )  # fmt: skip
+        second = QueueState("q", version=2, minutes=[(5, 3)])
         assert not await store.save_queue_state(second, expect_version=7)
         assert await store.save_queue_state(second, expect_version=1)
         got = await store.get_queue_state("q")
-        assert got is not None and got.version == 2 and got.holders == {}
-        assert got.minutes == [(5, 3)]
+        assert got is not None and got.version == 2 and got.reserved == []
+        assert got.minutes == [(5, 3)] and got.legacy == {} and got.window == []
         assert await store.get_queue_state("other") is None
 
     async def test_racing_queue_state_savers_land_once(self, store: Store) -> None:
@@ -45,14 +54,14 @@ class FlowCases:
         results = await asyncio.gather(
             *(
                 store.save_queue_state(
-                    QueueState("q", version=2, holders={f"r{i}": None}), expect_version=1
+                    QueueState("q", version=2, reserved=[f"r{i}"]), expect_version=1
                 )
                 for i in range(10)
             )
         )
         assert sum(results) == 1
         got = await store.get_queue_state("q")
-        assert got is not None and len(got.holders) == 1
+        assert got is not None and len(got.reserved) == 1
 
     async def test_the_line_is_in_priority_then_start_order_per_queue(self, store: Store) -> None:
         base = utcnow()
@@ -77,8 +86,8 @@ class FlowCases:
         await store.insert_run(queued("b"))
         await store.insert_run(queued("late", not_before=utcnow() + timedelta(hours=1)))
         await store.insert_run(make_run("running"))
-        assert await store.admit_runs(["a", "late", "running", "missing"]) == 1
-        assert await store.admit_runs(["a"]) == 0  # admitting twice is a no-op
+        assert await admit(store, "a", "late", "running", "missing") == 1
+        assert await admit(store, "a") == 0  # admitting twice is a no-op
         a = await store.get_run("a")
         assert a is not None and a.status == "running" and a.pending_pass
         assert [r.run_id for r in await store.queued_runs("q", limit=10)] == ["b"]
@@ -111,7 +120,7 @@ class FlowCases:
         await store.insert_run(queued("a"))
         await store.set_run_status("a", "cancelled", expect=("queued",))
         assert await store.queued_runs("q", limit=10) == []
-        assert await store.admit_runs(["a"]) == 0
+        assert await admit(store, "a") == 0
 
     async def test_delayed_runs_are_found_in_time_order_and_released(self, store: Store) -> None:
         now = utcnow()
@@ -170,7 +179,7 @@ class FlowCases:
         assert await store.insert_run(queued("e", queue=None, dedup_id="d")) is None
         await store.set_run_status("a", "cancelled", expect=("queued",))
         assert await store.insert_run(queued("b", dedup_id="d")) is None
-        await store.admit_runs(["b"])
+        await admit(store, "b")
         token = await begin(store, "b")
         await store.settle_run("b", token=token, expect=("running",), status="failed")
         assert await store.insert_run(queued("f", dedup_id="d")) is None
@@ -195,7 +204,7 @@ class FlowCases:
         await store.insert_run(queued("b", not_before=utcnow() + timedelta(hours=1)))
         await store.insert_run(queued("c"))
         await store.insert_run(queued("x", queue="q2"))
-        await store.admit_runs(["c"])
+        await admit(store, "c")
         await store.set_run_status("x", "cancelled", expect=("queued",))
         assert await store.count_queue("q") == {"queued": 2, "running": 1}
         assert await store.count_queue("q2") == {}
@@ -208,7 +217,7 @@ class FlowCases:
     async def _failed_run(self, store: Store, run_id: str, **extra: Any) -> RunRecord:
         await store.insert_run(queued(run_id, **extra))
         if extra.get("queue", "q") is not None:
-            assert await store.admit_runs([run_id]) == 1
+            assert await admit(store, run_id) == 1
         else:
             await store.set_run_status(run_id, "running", expect=("queued",))
         token = await begin(store, run_id)
@@ -244,7 +253,7 @@ class FlowCases:
         else:
             raise AssertionError("a start took the dedup id of a run that went live again")
         assert await store.reenter_run(back, expect=("failed",)) is None  # not failed now
-        assert await store.admit_runs(["a"]) == 1
+        assert await admit(store, "a") == 1
 
     async def test_a_run_off_any_queue_reenters_running_and_owed_a_pass(self, store: Store) -> None:
         failed = await self._failed_run(store, "a", queue=None)
@@ -270,3 +279,25 @@ class FlowCases:
         assert [r.run_id for r in await store.queued_runs("q", limit=10)] == ["b"]
         assert await store.dedup_holder("q", "d") == "b"
         assert await store.find_deadlines(due + timedelta(1), 10) == []
+
+    async def test_admitted_runs_are_counted_per_queue_and_per_key(self, store: Store) -> None:
+        for run_id, key in [("a", "k1"), ("b", "k1"), ("c", "k2"), ("d", None), ("e", "k1")]:
+            await store.insert_run(queued(run_id, queue_key=key))
+        await store.insert_run(queued("x", queue="q\x00x", queue_key="k1"))
+        await store.insert_run(queued("y", queue="q2", queue_key="k1"))
+        assert await store.count_admitted("q") == 0
+        assert await admit(store, "a", "b", "d", "x", "y") == 5
+        [c] = await store.get_runs(["c"])
+        assert await store.admit_run_holding(c, holder="h", ttl=30) is not None
+        assert await store.count_admitted("q") == 4  # e waits in the line
+        assert await store.count_admitted("q2") == 1
+        counts = await store.count_admitted_keys("q", ["k1", "k2", None, "k9"])
+        assert counts == {"k1": 2, "k2": 1, None: 1}
+        assert await store.count_admitted_keys("q", []) == {}
+        # A suspended run still holds its slot; an ended one does not.
+        await store.set_run_status("b", "suspended", expect=("running",))
+        await store.set_run_status("a", "cancelled", expect=("running",))
+        token = await begin(store, "d")
+        await store.settle_run("d", token=token, expect=("running",), status="completed")
+        assert await store.count_admitted("q") == 2
+        assert await store.count_admitted_keys("q", ["k1", None]) == {"k1": 1}
