@@ -152,3 +152,19 @@ async def test_runs_admitted_with_room_here_begin_their_first_pass_in_the_same_w
         assert run.token == 1 and run.open_pass and not stored.pending_pass
     kicked = await store.get_run("r3")
     assert kicked is not None and kicked.pending_pass and kicked.token == 0
+
+
+async def test_a_queue_that_gains_a_concurrency_limit_counts_the_runs_it_admitted(
+    store: Store,
+) -> None:
+    for n in range(5):
+        await store.insert_run(queued(f"r{n}"))
+    # Declared with a rate only, the queue's state kept no count of its runs.
+    await Admitter(store, Kicks(), declare("q", rate="3/1h")).admit_round()  # type: ignore[arg-type]
+    assert len(await _running(store)) == 3
+    # Redeclared with a concurrency: the runs admitted before count (the two left in
+    # line would fit under the limit if they did not).
+    limited = Admitter(store, Kicks(), declare("q", concurrency=3))  # type: ignore[arg-type]
+    await limited.admit_round()
+    await limited.admit_round()
+    assert len(await _running(store)) == 3

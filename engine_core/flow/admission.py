@@ -10,7 +10,9 @@ one lands and the other reads again. The state stays small whatever the limits:
   per key, :meth:`~engine_core.store.Store.count_admitted_keys`), and the state keeps
   ``held``, an upper bound of that count (each admission adds to it; runs that end do
   not take from it), so the count is taken only when the bound says ``concurrency``
-  might bind, and then sets it exactly;
+  might bind, and then sets it exactly (and by each admitter until it has saved a
+  count of its own: a fleet that declared the queue without ``concurrency`` kept no
+  bound);
 - the runs a round reserved and may not have moved yet (``reserved``, at most one
   batch) count as admitted until a later round sees them out of the line: read first,
   counted second, a run moved in between is counted twice, never missed;
@@ -69,6 +71,12 @@ class Admitter:
         self._wake = asyncio.Event()
         self._next_at: float | None = None
         self._task: asyncio.Task[None] | None = None
+        # Whether this admitter counted the queue's admitted runs once: ``held`` is an
+        # upper bound only if every admission since it was counted added to it, which
+        # a fleet that declared the queue with other limits (no ``concurrency``, or
+        # none at all) did not do. Declarations change with the processes, so each
+        # admitter counts until it has saved a state with a count of its own.
+        self._counted = False
 
     def poke(self) -> None:
         """Something changed (a run joined the line or ended): look again now."""
@@ -122,11 +130,14 @@ class Admitter:
         if limits.rate is not None:
             free = min(free, limits.rate.count - sum(n for _, n in window))
         held = state.held
+        counted = False
         if limits.concurrency is not None:
-            if held + len(legacy) + min(free, len(line)) > limits.concurrency:
+            bound = held + len(legacy) + min(free, len(line))
+            if not self._counted or bound > limits.concurrency:
                 # The bound says the limit may bind: count exactly (after reading the
                 # reserved runs, so a run moved in between counts twice, not never).
                 held = len(waiting) + await self.store.count_admitted(limits.name)
+                counted = True
             free = min(free, limits.concurrency - held - len(legacy))
         per_key: Counter[str | None] = Counter()
         if limits.key_concurrency is not None and line:
@@ -151,6 +162,7 @@ class Admitter:
         )
         if not await self.store.save_queue_state(saved, expect_version=state.version):
             return True  # another admitter moved first: read again
+        self._counted = self._counted or counted
         await self._admit(waiting + picked)
         return not full and len(line) == BATCH
 
