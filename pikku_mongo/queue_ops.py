@@ -183,9 +183,17 @@ class QueueOps(SkewBound):
 
     @transient_retry
     async def count_admitted(self, queue: str) -> int:
-        """1 count over a range of the ``qheld`` index."""
+        """1 ``count`` over a range of the ``qheld`` index. (The ``count`` command, not
+        ``count_documents``: nx-27017 answers the aggregate behind the latter by a scan,
+        1.6 s beside 60,000 runs where ``count`` takes 8 ms. On a sharded cluster
+        ``count`` may also count orphans: more, never fewer.)"""
         low, high = line_bounds(check_str(queue, "queue name"))
-        return await self.runs.count_documents({"qheld": {"$gte": low, "$lt": high}})
+        command: Doc = {"count": self.runs.name, "query": {"qheld": {"$gte": low, "$lt": high}}}
+        concern = self.runs.read_concern.document
+        if concern:
+            command["readConcern"] = concern
+        reply = await self.runs.database.command(command)
+        return int(reply["n"])
 
     @transient_retry
     async def count_admitted_keys(
