@@ -31,7 +31,9 @@ A round costs a constant number of store commands for up to :data:`BATCH` runs: 
 the head of the line, read the state, save the state, move the runs; plus, with
 ``concurrency`` or ``key_concurrency``, one read of the runs the last round reserved
 (by ``_id``), one count of a queue's admitted runs when ``concurrency`` may bind, and
-one count per key of the keys in the batch with ``key_concurrency``.
+one count of the admitted runs of the batch's keys (one command for all of them) with
+``key_concurrency``. A run re-entering its queue (a retry) joins the line and is
+admitted like any other.
 """
 
 from __future__ import annotations
