@@ -288,8 +288,13 @@ class Engine:
         """Give a ``failed`` run a new pass from the step that failed it.
 
         That step gets one more attempt (a dispatched one goes back on the queue); the
-        steps that succeeded keep their results. Raises ValueError for a run that is not
-        ``failed``.
+        steps that succeeded keep their results. The run re-enters flow control as a
+        start would: on a queue it is ``queued`` until admitted under the queue's limits;
+        it takes its ``dedup_id`` back; its deadline is a fresh window of the ``deadline``
+        it was started with, counted from this retry (a ``delay`` is not waited again).
+        Raises ValueError for a run that is not ``failed``, and
+        :class:`DuplicateRunError` (changing nothing) while another run that has not
+        ended holds its dedup id.
         """
         await self._control.retry(run_id)
 

@@ -231,6 +231,15 @@ class Host:
         if run.queue is not None:
             self.joined_line(run.queue)  # a slot may have freed
 
+    def reentered(self, run: RunRecord) -> None:
+        if self._serving and run.deadline_at is not None:
+            self.run_timers.arm(run)
+        if run.status == "queued":
+            if run.queue is not None:
+                self.joined_line(run.queue)
+        else:
+            self.kick(run.run_id)
+
     def take_queue_slot(self, run: RunRecord) -> bool:
         return self._queue_slots.take(run)
 

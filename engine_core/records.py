@@ -89,21 +89,36 @@ class RunRecord:
     dedup_id: str | None = None
     not_before: datetime | None = None
     deadline_at: datetime | None = None
+    #: The ``deadline`` duration the run was started with (seconds): a retry re-arms a
+    #: fresh window of it (``deadline_at`` is the due time of the current window).
+    deadline_s: float | None = None
 
 
 @dataclass
 class QueueState:
     """What a queue's admissions need to know across the fleet, in one record that
-    admitters replace by compare-and-set on ``version``."""
+    admitters replace by compare-and-set on ``version``. Its size is bounded whatever
+    the limits: the admitted runs themselves are counted in the store, not listed here
+    (see ``engine_core.flow.admission``)."""
 
     name: str
     version: int = 0
-    #: Runs admitted and not yet seen ended: each holds a slot, with its key.
-    holders: dict[str, str | None] = field(default_factory=dict)
-    #: Admission times within the rate window, oldest first (for ``rate``).
-    recent: list[datetime] = field(default_factory=list)
+    #: With ``concurrency``: at least as many as the queue's admitted runs that have not
+    #: ended (each admission adds to it; a count in the store sets it exactly when the
+    #: limit would bind).
+    held: int = 0
+    #: Runs a round reserved slots for and may not have moved out of the line yet (at
+    #: most one round's batch): they count as admitted until seen moved.
+    reserved: list[str] = field(default_factory=list)
+    #: Admissions within the rate window as (time, count), oldest first, in a bounded
+    #: number of entries: merged entries carry the later time, so they count as long
+    #: as, or longer than, each of their admissions would (never more admitted).
+    window: list[tuple[datetime, int]] = field(default_factory=list)
     #: Admissions counted per minute (Unix minute, count), the last two minutes.
     minutes: list[tuple[int, int]] = field(default_factory=list)
+    #: Runs an earlier version admitted and listed here (with their keys): counted
+    #: while they have not ended, never added to.
+    legacy: dict[str, str | None] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -169,6 +169,10 @@ class Runtime(Protocol):
         """``run`` reached a terminal status in this process: wake its waiters (and its
         queue's admitter: a slot may have freed)."""
 
+    def reentered(self, run: RunRecord) -> None:
+        """``run`` went live again (a retry): arm its deadline here, and tell its
+        queue's admitter (a ``queued`` run) or drive it (while serving)."""
+
     def take_queue_slot(self, run: RunRecord) -> bool:
         """Count a drive of ``run`` against its queue's ``worker_concurrency`` here;
         False when none is free (the run is kicked again when one frees)."""

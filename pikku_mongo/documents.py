@@ -150,11 +150,19 @@ def dedup_key(queue: str | None, dedup_id: str) -> str:
     return f"{pack(queue or '')}{_ID_SEPARATOR}{pack(dedup_id)}"
 
 
+def held_key(queue: str, key: str | None) -> str:
+    """An admitted run's place among its queue's admitted runs (``qheld``): the queue
+    first, so the admitted runs of a queue are one range of the index
+    (:func:`line_bounds`), then its key, so those of one key are one value."""
+    return f"{pack(queue)}{_ID_SEPARATOR}" + ("n" if key is None else "k" + pack(key))
+
+
 def flow_fields(run: RunRecord) -> Doc:
     """A run's flow-control fields. The indexed ones exist only while they mean
     something (sparse indexes skip absent fields, not nulls): ``dedup``, ``qlive`` and
     ``deadline_due`` until the run is terminal, ``not_before_us`` while it waits out a
-    delay, ``line`` while it waits in its queue's line."""
+    delay, ``line`` while it waits in its queue's line, ``qheld`` from its admission
+    until it ends."""
     doc: Doc = {"priority": int(run.priority)}
     for name, value in (
         ("queue", run.queue),
@@ -165,6 +173,8 @@ def flow_fields(run: RunRecord) -> Doc:
             doc[name] = pack(check_str(value, name))
     if run.deadline_at is not None:
         doc["deadline"] = to_us(run.deadline_at)
+    if run.deadline_s is not None:
+        doc["deadline_s"] = float(run.deadline_s)
     if run.status in TERMINAL:
         return doc
     if run.dedup_id is not None:
@@ -178,6 +188,8 @@ def flow_fields(run: RunRecord) -> Doc:
             doc["not_before_us"] = to_us(run.not_before)
         elif run.queue is not None:
             doc["line"] = line_key(run.queue, run.priority, run.created_at, run.run_id)
+    elif run.queue is not None:
+        doc["qheld"] = held_key(run.queue, run.queue_key)
     return doc
 
 
@@ -188,6 +200,7 @@ ENDED_UNSET: Doc = {
     "deadline_due": "",
     "not_before_us": "",
     "line": "",
+    "qheld": "",
 }
 
 
@@ -227,6 +240,7 @@ def run_from_doc(doc: Doc) -> RunRecord:
         dedup_id=unpack_opt(doc.get("dedup_id")),
         not_before=opt_from_us(doc.get("not_before_us")),
         deadline_at=opt_from_us(doc.get("deadline")),
+        deadline_s=float(doc["deadline_s"]) if doc.get("deadline_s") is not None else None,
     )
 
 

@@ -47,6 +47,8 @@ RUN_INDEXES = [
     IndexModel([("deadline_due", ASCENDING)], sparse=True),
     # count_queue: the live runs of one queue.
     IndexModel([("qlive", ASCENDING)], sparse=True),
+    # count_admitted(_keys): the admitted runs of one queue (a range), of one key.
+    IndexModel([("qheld", ASCENDING)], sparse=True),
 ]
 
 STEP_INDEXES = [

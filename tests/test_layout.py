@@ -39,7 +39,7 @@ LAYERS: list[set[str]] = [
         "flow.queue_slots",
         "flow.starts",
     },
-    {"testing.builders"},
+    {"testing.builders", "run.reentry"},
     {
         "run.attempt",
         "run.control",

@@ -1,30 +1,50 @@
 """Admission: moving runs from their queue's line to ``running``, within its limits.
 
 Every serving process runs an admitter for each queue it declared. The limits hold
-across the fleet because the queue's state (which runs hold slots, with their keys,
-and the recent admission times) is one record that admitters replace by
-compare-and-set: of two admitters working from one version, one lands and the other
-reads again. A run holds its slot from the write that admits it until it is seen
-terminal, so a slot whose process died is not lost with it (its run is recovered and
-still counts) and frees itself when the run ends, wherever that happens. An admitter
-that dies between reserving slots and moving the runs leaves them reserved and still
-queued: the next round finds them in the line and moves them.
+across the fleet because every admission is reserved in the queue's state, one record
+that admitters replace by compare-and-set: of two admitters working from one version,
+one lands and the other reads again. The state stays small whatever the limits:
+
+- the admitted runs are not listed in it. The store counts a queue's admitted runs
+  that have not ended (one index range, :meth:`~engine_core.store.Store.count_admitted`;
+  per key, :meth:`~engine_core.store.Store.count_admitted_keys`), and the state keeps
+  ``held``, an upper bound of that count (each admission adds to it; runs that end do
+  not take from it), so the count is taken only when the bound says ``concurrency``
+  might bind, and then sets it exactly (and by each admitter until it has saved a
+  count of its own: a fleet that declared the queue without ``concurrency`` kept no
+  bound);
+- the runs a round reserved and may not have moved yet (``reserved``, at most one
+  batch) count as admitted until a later round sees them out of the line: read first,
+  counted second, a run moved in between is counted twice, never missed;
+- the rate limit keeps admissions as (time, count) entries, at most
+  :data:`WINDOW_ENTRIES`: when there are more, the two closest in time merge into one
+  stamped with the later time, which counts every admission in it for at least as
+  long as its own time would. At most N admissions in any window, always.
+
+A run holds its slot from the write that admits it until it ends, so a slot whose
+process died is not lost with it (its run is recovered and still counts) and frees
+itself when the run ends, wherever that happens. An admitter that dies between
+reserving slots and moving the runs leaves them reserved and still queued: the next
+round moves them.
 
 A round costs a constant number of store commands for up to :data:`BATCH` runs: read
-the state, read the head of the line, save the state, move the runs (plus one read of
-the holders when a limit binds, to drop the runs that ended).
+the head of the line, read the state, save the state, move the runs; plus, with
+``concurrency`` or ``key_concurrency``, one read of the runs the last round reserved
+(by ``_id``), one count of a queue's admitted runs when ``concurrency`` may bind, and
+one count of the admitted runs of the batch's keys (one command for all of them) with
+``key_concurrency``. A run re-entering its queue (a retry) joins the line and is
+admitted like any other.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
 from collections import Counter
 from datetime import datetime, timedelta
 
-from engine_core.flow.queues import QueueLimits
+from engine_core.flow.queues import QueueLimits, Rate
 from engine_core.periodic import Periodic
 from engine_core.records import TERMINAL, QueueState, RunRecord, utcnow
 from engine_core.runtime import Runtime
@@ -32,14 +52,15 @@ from engine_core.store import Store
 
 log = logging.getLogger("engine_core.flow.admission")
 
-#: Runs admitted by one round at most; also how much of the line a round reads.
+#: Runs admitted by one round at most; also how much of the line a round reads, and
+#: how many runs a queue's state holds reserved at most.
 BATCH = 100
 #: How often an admitter looks at its line with nothing telling it to.
 POLL_S = 1.0
 #: How long a poked admitter waits for more pokes before its round.
 COALESCE_S = 0.005
-#: Holders kept before a round drops those that ended even when no limit binds.
-PRUNE_AT = 1000
+#: Entries of the rate window kept at most (see the module's docstring).
+WINDOW_ENTRIES = 64
 
 
 class Admitter:
@@ -58,6 +79,12 @@ class Admitter:
             wait_first=True,
             settle=COALESCE_S,  # runs that end together (a group commit) share one round
         )
+        # Whether this admitter counted the queue's admitted runs once: ``held`` is an
+        # upper bound only if every admission since it was counted added to it, which
+        # a fleet that declared the queue with other limits (no ``concurrency``, or
+        # none at all) did not do. Declarations change with the processes, so each
+        # admitter counts until it has saved a state with a count of its own.
+        self._counted = False
 
     def poke(self) -> None:
         """Something changed (a run joined the line or ended): look again now."""
@@ -90,65 +117,73 @@ class Admitter:
             return len(line) == BATCH
         state = await self.store.get_queue_state(limits.name) or QueueState(limits.name)
         now = utcnow()
-        holders = dict(state.holders)
-        recent = state.recent
+        window = _live_window(state.window, now, limits.rate)
+        waiting: list[RunRecord] = []  # reserved by a round, still in the line
+        if state.reserved and limits.tracks_holders:
+            waiting = await self.store.get_runs(state.reserved, status_in=("queued",))
+        legacy = await self._live(state.legacy)
+        reserved = {r.run_id for r in waiting}
+        line = [r for r in line if r.run_id not in reserved]
+        free = float(BATCH - len(waiting))
         if limits.rate is not None:
-            recent = [t for t in recent if t > now - timedelta(seconds=limits.rate.per)]
-        pruned = len(holders) >= PRUNE_AT
-        if pruned:
-            holders = await self._live(holders)
-        picked, reserved, full = self._pick(line, holders, len(recent))
-        if full and holders and not pruned and limits.tracks_holders:
-            # A limit binds: drop the holders that ended, then pick again.
-            holders = await self._live(holders)
-            picked, reserved, full = self._pick(line, holders, len(recent))
+            free = min(free, limits.rate.count - sum(n for _, n in window))
+        held = state.held
+        counted = False
+        if limits.concurrency is not None:
+            bound = held + len(legacy) + min(free, len(line))
+            if not self._counted or bound > limits.concurrency:
+                # The bound says the limit may bind: count exactly (after reading the
+                # reserved runs, so a run moved in between counts twice, not never).
+                held = len(waiting) + await self.store.count_admitted(limits.name)
+                counted = True
+            free = min(free, limits.concurrency - held - len(legacy))
+        per_key: Counter[str | None] = Counter()
+        if limits.key_concurrency is not None and line:
+            keys = sorted({r.queue_key for r in line}, key=lambda k: (k is not None, k or ""))
+            per_key.update(await self.store.count_admitted_keys(limits.name, keys))
+            per_key.update(r.queue_key for r in waiting)
+            per_key.update(legacy.values())
+        picked, full = self._pick(line, free, per_key)
         if not picked:
-            if reserved:
-                await self._admit(reserved)
-            self._arm_rate_wake(recent, now)
+            if waiting:
+                await self._admit(waiting)
+            self._arm_rate_wake(window, now)
             return False
-        for run in picked:
-            holders[run.run_id] = run.queue_key
         saved = QueueState(
             name=limits.name,
             version=state.version + 1,
-            holders=holders if limits.tracks_holders else {},
-            recent=(recent + [now] * len(picked)) if limits.rate is not None else [],
+            held=held + len(picked) if limits.concurrency is not None else 0,
+            reserved=[r.run_id for r in waiting + picked] if limits.tracks_holders else [],
+            window=_window_with(window, now, len(picked)) if limits.rate is not None else [],
             minutes=_count_minutes(state.minutes, now, len(picked)),
+            legacy=legacy,
         )
         if not await self.store.save_queue_state(saved, expect_version=state.version):
             return True  # another admitter moved first: read again
-        await self._admit(reserved + picked)
+        self._counted = self._counted or counted
+        await self._admit(waiting + picked)
         return not full and len(line) == BATCH
 
     def _pick(
-        self, line: list[RunRecord], holders: dict[str, str | None], recent: int
-    ) -> tuple[list[RunRecord], list[RunRecord], bool]:
-        """The runs of ``line`` to admit now, the runs already holding slots (reserved by
-        a round that did not get to move them), and whether a limit stopped the pick."""
-        limits = self.limits
-        free = math.inf if limits.concurrency is None else limits.concurrency - len(holders)
-        if limits.rate is not None:
-            free = min(free, limits.rate.count - recent)
-        per_key = Counter(holders.values()) if limits.key_concurrency is not None else Counter()
+        self, line: list[RunRecord], free: float, per_key: Counter[str | None]
+    ) -> tuple[list[RunRecord], bool]:
+        """The runs of ``line`` to admit now, with ``free`` slots (``per_key`` taken per
+        key), and whether a limit stopped the pick."""
+        key_limit = self.limits.key_concurrency
         picked: list[RunRecord] = []
-        reserved: list[RunRecord] = []
         full = False
         for run in line:
-            if run.run_id in holders:
-                reserved.append(run)
-                continue
             if free <= 0:
                 full = True
                 break
-            if limits.key_concurrency is not None:
-                if per_key[run.queue_key] >= limits.key_concurrency:
+            if key_limit is not None:
+                if per_key[run.queue_key] >= key_limit:
                     full = True  # this key waits; runs of other keys may go past it
                     continue
                 per_key[run.queue_key] += 1
             picked.append(run)
             free -= 1
-        return picked, reserved, full
+        return picked, full
 
     async def _live(self, holders: dict[str, str | None]) -> dict[str, str | None]:
         """``holders`` without the runs that ended (or are gone)."""
@@ -172,23 +207,47 @@ class Admitter:
                 for run in holding
             )
         )
-        left = [run.run_id for run, got in zip(holding, begun, strict=True) if got is None]
-        left += [run.run_id for run in runs[len(holding) :]]
+        left = [run for run, got in zip(holding, begun, strict=True) if got is None]
+        left += runs[len(holding) :]
         for run in begun:
             if run is not None:
                 runtime.adopt(run)
         if left:
             await self.store.admit_runs(left)
-            for run_id in left:
-                runtime.kick(run_id)
+            for run in left:
+                runtime.kick(run.run_id)
 
-    def _arm_rate_wake(self, recent: list[datetime], now: datetime) -> None:
+    def _arm_rate_wake(self, window: list[tuple[datetime, int]], now: datetime) -> None:
         rate = self.limits.rate
-        if rate is None or not recent or len(recent) < rate.count:
+        if rate is None or not window or sum(n for _, n in window) < rate.count:
             return
-        # The window frees a slot when its oldest admission leaves it.
-        frees_in = (recent[0] + timedelta(seconds=rate.per) - now).total_seconds()
+        # The window frees slots when its oldest entry leaves it.
+        frees_in = (window[0][0] + timedelta(seconds=rate.per) - now).total_seconds()
         self._next_at = time.monotonic() + max(0.0, frees_in) + 0.001
+
+
+def _live_window(
+    window: list[tuple[datetime, int]], now: datetime, rate: Rate | None
+) -> list[tuple[datetime, int]]:
+    """The entries of ``window`` still inside the rate window that ends at ``now``."""
+    if rate is None:
+        return []
+    since = now - timedelta(seconds=rate.per)
+    return [(t, n) for t, n in window if t > since]
+
+
+def _window_with(
+    window: list[tuple[datetime, int]], now: datetime, admitted: int
+) -> list[tuple[datetime, int]]:
+    """``window`` with ``admitted`` admissions at ``now``, in at most
+    :data:`WINDOW_ENTRIES` entries: the two entries closest in time merge into one at
+    the later time (so each admission is counted at least as long as its own time
+    says: merging may delay an admission, never allow one too many)."""
+    entries = sorted([*window, (now, admitted)])
+    while len(entries) > WINDOW_ENTRIES:
+        i = min(range(len(entries) - 1), key=lambda j: entries[j + 1][0] - entries[j][0])
+        entries[i : i + 2] = [(entries[i + 1][0], entries[i][1] + entries[i + 1][1])]
+    return entries
 
 
 def _count_minutes(

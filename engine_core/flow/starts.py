@@ -69,7 +69,8 @@ def new_run(
         wait = parse_duration(delay, what="delay")
         run.not_before = now + timedelta(seconds=wait) if wait > 0 else None
     if deadline is not None:
-        run.deadline_at = now + timedelta(seconds=parse_duration(deadline, what="deadline"))
+        run.deadline_s = parse_duration(deadline, what="deadline")
+        run.deadline_at = now + timedelta(seconds=run.deadline_s)
     if queue is not None or run.not_before is not None:
         run.status = "queued"
         run.pending_pass = False

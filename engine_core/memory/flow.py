@@ -3,15 +3,17 @@ ids, delays, deadlines and schedules, over the same dicts as its runs."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 
+from engine_core.errors import DuplicateRunError
 from engine_core.memory.cloning import clone
 from engine_core.records import (
     TERMINAL,
     LinePage,
     QueueState,
     RunRecord,
+    RunState,
     ScheduleRecord,
     utcnow,
 )
@@ -23,6 +25,7 @@ class FlowMemory:
     _runs: dict[str, RunRecord]
     _queues: dict[str, QueueState]
     _schedules: dict[str, ScheduleRecord]
+    _dedup: dict[tuple[str, str], str]
 
     # ---- flow control: queues, delays, deadlines ---------------------------------
 
@@ -49,14 +52,27 @@ class FlowMemory:
             line = [r for r in line if (r.priority, r.created_at, r.run_id) > start]
         return [clone(r) for r in line[:limit]]
 
-    async def admit_runs(self, run_ids: Sequence[str]) -> int:
+    async def admit_runs(self, runs: Sequence[RunRecord]) -> int:
         moved = 0
-        for run_id in dict.fromkeys(run_ids):
+        for run_id in dict.fromkeys(r.run_id for r in runs):
             run = self._runs.get(run_id)
             if run is not None and run.status == "queued" and run.not_before is None:
                 self._admit(run)
                 moved += 1
         return moved
+
+    async def count_admitted(self, queue: str) -> int:
+        return sum(1 for r in self._runs.values() if _admitted(r, queue))
+
+    async def count_admitted_keys(
+        self, queue: str, keys: Sequence[str | None]
+    ) -> dict[str | None, int]:
+        wanted = set(keys)
+        counts: dict[str | None, int] = {}
+        for run in self._runs.values():
+            if _admitted(run, queue) and run.queue_key in wanted:
+                counts[run.queue_key] = counts.get(run.queue_key, 0) + 1
+        return counts
 
     async def admit_run_holding(
         self, run: RunRecord, *, holder: str, ttl: float
@@ -107,6 +123,38 @@ class FlowMemory:
                 self._admit(run)
             released.append(clone(run))
         return released
+
+    async def dedup_holder(self, queue: str | None, dedup_id: str) -> str | None:
+        holder = self._runs.get(self._dedup.get((queue or "", dedup_id), ""))
+        return holder.run_id if holder is not None and holder.status not in TERMINAL else None
+
+    async def reenter_run(
+        self, run: RunRecord, *, expect: Sequence[RunState], forget: Iterable[str] = ()
+    ) -> RunRecord | None:
+        stored = self._runs.get(run.run_id)
+        if stored is None or stored.status not in expect:
+            return None
+        if run.dedup_id is not None:
+            holder = await self.dedup_holder(run.queue, run.dedup_id)
+            if holder is not None and holder != run.run_id:
+                raise DuplicateRunError(
+                    f"run {holder!r} holds dedup id {run.dedup_id!r}"
+                    + (f" on queue {run.queue!r}" if run.queue else "")
+                    + f" and has not ended, so run {run.run_id!r} cannot take it again",
+                    run_id=holder,
+                )
+            self._dedup[(run.queue or "", run.dedup_id)] = run.run_id
+        for key in forget:
+            stored.journal.pop(key, None)
+        if "*" not in stored.changed:
+            stored.changed.append("*")
+        stored.status = run.status
+        stored.pending_pass = run.pending_pass
+        stored.not_before = None
+        stored.deadline_at = run.deadline_at
+        stored.deadline_s = run.deadline_s
+        stored.updated_at = utcnow()
+        return clone(stored)
 
     async def find_deadlines(self, before: datetime, limit: int) -> list[RunRecord]:
         found = sorted(
@@ -175,3 +223,7 @@ class FlowMemory:
 
 def _in_line(run: RunRecord, queue: str) -> bool:
     return run.status == "queued" and run.queue == queue and run.not_before is None
+
+
+def _admitted(run: RunRecord, queue: str) -> bool:
+    return run.queue == queue and run.status != "queued" and run.status not in TERMINAL

@@ -27,6 +27,7 @@ from engine_core.records import (
     utcnow,
 )
 from engine_core.run.keys import CURRENT_SCHEME
+from engine_core.run.reentry import check_dedup_free, reenter
 from engine_core.run.transitions import child_ended, retried, told, write
 from engine_core.runtime import Runtime
 from engine_core.store import Store
@@ -149,9 +150,12 @@ class RunControl:
             self.runtime.kick(run_id)
 
     async def retry(self, run_id: str) -> None:
+        """A failed run goes live again from its failed step, re-entering its queue,
+        dedup id and deadline as a start would (see ``engine_core.run.reentry``)."""
         run = await self.get(run_id)
         if run.status != "failed":
             raise ValueError(f"run {run_id!r} is {run.status}; only a failed run can be retried")
+        await check_dedup_free(self.store, run)  # before anything is written
         if run.journal:
             # The failed step's outcome may be in the journal only: copy it out first.
             await self.store.save_steps(list(run.journal.values()))
@@ -159,13 +163,11 @@ class RunControl:
         if isinstance(failed_step, str):
             step = await self.store.get_step(run_id, failed_step)
             if step is not None and step.status == "failed":
-                await write(self.store, run_id, failed_step, retried(step))
-        updated = await self.store.set_run_status(
-            run_id, "running", expect=("failed",), request_pass=True, forget=list(run.journal)
-        )
-        if updated is not None:
-            await mirror_run(self.runtime.mirror, updated)
-            self.runtime.kick(run_id)
+                # A dispatched step of a run waiting for admission stays halted: the
+                # run's first pass after admission puts it back in reach of workers.
+                halt = run.queue is not None
+                await write(self.store, run_id, failed_step, retried(step, halted=halt))
+        await reenter(self.store, self.runtime, run, expect=("failed",), forget=list(run.journal))
 
     async def unhalt(self, run_id: str) -> None:
         """Make the run's queue jobs claimable again, and tell the worker."""

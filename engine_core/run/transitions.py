@@ -171,13 +171,13 @@ def told() -> Transition:
     return Transition(StepGuard(), {"notified": True})
 
 
-def retried(step: StepRecord) -> Transition:
+def retried(step: StepRecord, *, halted: bool = False) -> Transition:
     """``engine.retry``: a failed step gets one more attempt (a dispatched one goes back
-    on the queue)."""
+    on the queue; ``halted`` until its run's next pass, for a run waiting for admission)."""
     now = utcnow()
     changes: dict[str, Any] = {"updated_at": now, "max_attempts": step.attempts + 1}
     if step.kind == "dispatch":
-        changes.update(status="scheduled", due_at=now, halted=False)
+        changes.update(status="scheduled", due_at=now, halted=halted)
     else:
         changes.update(status="pending")
     return Transition(StepGuard(status_in=("failed",)), changes)

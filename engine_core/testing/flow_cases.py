@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -17,6 +18,11 @@ def queued(run_id: str, queue: str | None = "q", **extra: Any) -> RunRecord:
     return make_run(run_id, status="queued", pending_pass=False, queue=queue, **extra)
 
 
+async def admit(store: Store, *run_ids: str) -> int:
+    """``store.admit_runs`` of the runs with these ids that exist, as stored."""
+    return await store.admit_runs(await store.get_runs(run_ids))
+
+
 class FlowCases:
     """What a store must do for queues, dedup ids, delayed starts and deadlines."""
 
@@ -25,18 +31,22 @@ class FlowCases:
     ) -> None:
         assert await store.get_queue_state("q") is None
         now = utcnow()
-        first = QueueState("q", version=1, holders={"a": "k1", "b": None}, recent=[now])
+        first = QueueState(
+            "q", version=1, held=7, reserved=["a", "b"], window=[(now, 3)], legacy={"x": "k"}
+        )
         assert await store.save_queue_state(first, expect_version=0)
         assert not await store.save_queue_state(first, expect_version=0)
         got = await store.get_queue_state("q")
         assert got is not None
-        assert (got.version, got.holders, got.recent) == (1, {"a": "k1", "b": None}, [now])
-        second = QueueState("q", version=2, holders={}, minutes=[(5, 3)])
+        assert (got.version, got.held, got.reserved, got.window, got.legacy) == (
+            1, 7, ["a", "b"], [(now, 3)], {"x": "k"},
+        )  # fmt: skip
+        second = QueueState("q", version=2, minutes=[(5, 3)])
         assert not await store.save_queue_state(second, expect_version=7)
         assert await store.save_queue_state(second, expect_version=1)
         got = await store.get_queue_state("q")
-        assert got is not None and got.version == 2 and got.holders == {}
-        assert got.minutes == [(5, 3)]
+        assert got is not None and got.version == 2 and got.reserved == []
+        assert got.minutes == [(5, 3)] and got.legacy == {} and got.window == []
         assert await store.get_queue_state("other") is None
 
     async def test_racing_queue_state_savers_land_once(self, store: Store) -> None:
@@ -44,14 +54,14 @@ class FlowCases:
         results = await asyncio.gather(
             *(
                 store.save_queue_state(
-                    QueueState("q", version=2, holders={f"r{i}": None}), expect_version=1
+                    QueueState("q", version=2, reserved=[f"r{i}"]), expect_version=1
                 )
                 for i in range(10)
             )
         )
         assert sum(results) == 1
         got = await store.get_queue_state("q")
-        assert got is not None and len(got.holders) == 1
+        assert got is not None and len(got.reserved) == 1
 
     async def test_the_line_is_in_priority_then_start_order_per_queue(self, store: Store) -> None:
         base = utcnow()
@@ -76,8 +86,8 @@ class FlowCases:
         await store.insert_run(queued("b"))
         await store.insert_run(queued("late", not_before=utcnow() + timedelta(hours=1)))
         await store.insert_run(make_run("running"))
-        assert await store.admit_runs(["a", "late", "running", "missing"]) == 1
-        assert await store.admit_runs(["a"]) == 0  # admitting twice is a no-op
+        assert await admit(store, "a", "late", "running", "missing") == 1
+        assert await admit(store, "a") == 0  # admitting twice is a no-op
         a = await store.get_run("a")
         assert a is not None and a.status == "running" and a.pending_pass
         assert [r.run_id for r in await store.queued_runs("q", limit=10)] == ["b"]
@@ -110,7 +120,7 @@ class FlowCases:
         await store.insert_run(queued("a"))
         await store.set_run_status("a", "cancelled", expect=("queued",))
         assert await store.queued_runs("q", limit=10) == []
-        assert await store.admit_runs(["a"]) == 0
+        assert await admit(store, "a") == 0
 
     async def test_delayed_runs_are_found_in_time_order_and_released(self, store: Store) -> None:
         now = utcnow()
@@ -169,7 +179,7 @@ class FlowCases:
         assert await store.insert_run(queued("e", queue=None, dedup_id="d")) is None
         await store.set_run_status("a", "cancelled", expect=("queued",))
         assert await store.insert_run(queued("b", dedup_id="d")) is None
-        await store.admit_runs(["b"])
+        await admit(store, "b")
         token = await begin(store, "b")
         await store.settle_run("b", token=token, expect=("running",), status="failed")
         assert await store.insert_run(queued("f", dedup_id="d")) is None
@@ -194,7 +204,7 @@ class FlowCases:
         await store.insert_run(queued("b", not_before=utcnow() + timedelta(hours=1)))
         await store.insert_run(queued("c"))
         await store.insert_run(queued("x", queue="q2"))
-        await store.admit_runs(["c"])
+        await admit(store, "c")
         await store.set_run_status("x", "cancelled", expect=("queued",))
         assert await store.count_queue("q") == {"queued": 2, "running": 1}
         assert await store.count_queue("q2") == {}
@@ -203,3 +213,91 @@ class FlowCases:
         assert await store.queue_names() == ["q", "q3"]
         got = await store.get_run("a")
         assert got is not None and (got.queue, got.priority) == ("q", 0)
+
+    async def _failed_run(self, store: Store, run_id: str, **extra: Any) -> RunRecord:
+        await store.insert_run(queued(run_id, **extra))
+        if extra.get("queue", "q") is not None:
+            assert await admit(store, run_id) == 1
+        else:
+            await store.set_run_status(run_id, "running", expect=("queued",))
+        token = await begin(store, run_id)
+        await store.settle_run(run_id, token=token, expect=("running",), status="failed")
+        failed = await store.get_run(run_id)
+        assert failed is not None and failed.status == "failed"
+        return failed
+
+    async def test_a_failed_run_reenters_its_queue_dedup_id_and_deadline(
+        self, store: Store
+    ) -> None:
+        now = utcnow()
+        due = now + timedelta(seconds=5)
+        failed = await self._failed_run(
+            store, "a", dedup_id="d", deadline_at=now + timedelta(seconds=1), deadline_s=1.0
+        )
+        # Its flow-control fields are kept on the ended run; what only a live run holds
+        # is given up.
+        assert (failed.queue, failed.dedup_id, failed.deadline_s) == ("q", "d", 1.0)
+        assert await store.dedup_holder("q", "d") is None
+        assert await store.find_deadlines(now + timedelta(hours=1), 10) == []
+        back = replace(failed, status="queued", pending_pass=False, deadline_at=due)
+        got = await store.reenter_run(back, expect=("failed",))
+        assert got is not None and (got.status, got.pending_pass) == ("queued", False)
+        assert (got.deadline_at, got.deadline_s, got.dedup_id) == (due, 1.0, "d")
+        assert [r.run_id for r in await store.queued_runs("q", limit=10)] == ["a"]
+        assert await store.dedup_holder("q", "d") == "a"
+        assert [r.run_id for r in await store.find_deadlines(due + timedelta(1), 10)] == ["a"]
+        try:
+            await store.insert_run(queued("b", dedup_id="d"))
+        except DuplicateRunError as exc:
+            assert exc.run_id == "a"
+        else:
+            raise AssertionError("a start took the dedup id of a run that went live again")
+        assert await store.reenter_run(back, expect=("failed",)) is None  # not failed now
+        assert await admit(store, "a") == 1
+
+    async def test_a_run_off_any_queue_reenters_running_and_owed_a_pass(self, store: Store) -> None:
+        failed = await self._failed_run(store, "a", queue=None)
+        back = replace(failed, status="running", pending_pass=True)
+        got = await store.reenter_run(back, expect=("failed",))
+        assert got is not None and (got.status, got.pending_pass) == ("running", True)
+        assert got.deadline_at is None and await store.queued_runs("q", limit=10) == []
+
+    async def test_a_reentry_whose_dedup_id_is_held_writes_nothing(self, store: Store) -> None:
+        now = utcnow()
+        failed = await self._failed_run(store, "a", dedup_id="d", deadline_s=1.0)
+        await store.insert_run(queued("b", dedup_id="d"))
+        due = now + timedelta(seconds=5)
+        back = replace(failed, status="queued", pending_pass=False, deadline_at=due)
+        try:
+            await store.reenter_run(back, expect=("failed",))
+        except DuplicateRunError as exc:
+            assert exc.run_id == "b"
+        else:
+            raise AssertionError("a run went live again holding a dedup id another holds")
+        got = await store.get_run("a")
+        assert got is not None and got.status == "failed" and got.deadline_at is None
+        assert [r.run_id for r in await store.queued_runs("q", limit=10)] == ["b"]
+        assert await store.dedup_holder("q", "d") == "b"
+        assert await store.find_deadlines(due + timedelta(1), 10) == []
+
+    async def test_admitted_runs_are_counted_per_queue_and_per_key(self, store: Store) -> None:
+        for run_id, key in [("a", "k1"), ("b", "k1"), ("c", "k2"), ("d", None), ("e", "k1")]:
+            await store.insert_run(queued(run_id, queue_key=key))
+        await store.insert_run(queued("x", queue="q\x00x", queue_key="k1"))
+        await store.insert_run(queued("y", queue="q2", queue_key="k1"))
+        assert await store.count_admitted("q") == 0
+        assert await admit(store, "a", "b", "d", "x", "y") == 5
+        [c] = await store.get_runs(["c"])
+        assert await store.admit_run_holding(c, holder="h", ttl=30) is not None
+        assert await store.count_admitted("q") == 4  # e waits in the line
+        assert await store.count_admitted("q2") == 1
+        counts = await store.count_admitted_keys("q", ["k1", "k2", None, "k9"])
+        assert counts == {"k1": 2, "k2": 1, None: 1}
+        assert await store.count_admitted_keys("q", []) == {}
+        # A suspended run still holds its slot; an ended one does not.
+        await store.set_run_status("b", "suspended", expect=("running",))
+        await store.set_run_status("a", "cancelled", expect=("running",))
+        token = await begin(store, "d")
+        await store.settle_run("d", token=token, expect=("running",), status="completed")
+        assert await store.count_admitted("q") == 2
+        assert await store.count_admitted_keys("q", ["k1", None]) == {"k1": 1}
