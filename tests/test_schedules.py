@@ -171,9 +171,15 @@ async def test_missed_fires_collapse_into_the_latest(engine: Engine) -> None:
         runs = await _wait_for_runs(engine, "late", 1)
         await asyncio.sleep(0.2)
         runs = await _runs_of(engine, "late")
-    assert len(runs) == 1, runs
-    fire = datetime.strptime(runs[0].split("@")[1], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
-    assert began - timedelta(seconds=1) <= fire <= utcnow()
+    ended = utcnow()
+    fires = sorted(
+        datetime.strptime(r.split("@")[1], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC) for r in runs
+    )
+    # The minute of missed fires made one run, the latest; on a busy machine the
+    # regular fires of the seconds served after it may follow, one each.
+    assert began - timedelta(seconds=1) <= fires[0] <= ended, runs
+    assert fires == [fires[0] + timedelta(seconds=i) for i in range(len(fires))], runs
+    assert len(fires) <= (ended - began).total_seconds() + 2, runs
 
 
 async def test_only_processes_that_registered_the_workflow_fire_it(

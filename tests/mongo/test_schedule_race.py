@@ -35,20 +35,23 @@ def _engine(store: MongoStore) -> Engine:
 
 
 def _server(uri: str, begin_at: float, out: str) -> None:
-    async def serve() -> int:
+    async def serve() -> dict[str, float]:
         store = MongoStore.from_uri(uri, max_clock_skew=0)
         engine = _engine(store)
         try:
             await asyncio.sleep(max(0.0, begin_at - time.time()))
             async with engine:
+                # A busy machine may start a process late: the window is judged from
+                # when each one began serving, not from when it was asked to.
+                serving_from = time.time()
                 await asyncio.sleep(max(0.0, begin_at + SERVE_S - time.time()))
                 scheduler = engine._host.scheduler
-                return scheduler.fired if scheduler is not None else -1
+                fired = scheduler.fired if scheduler is not None else -1
+                return {"fired": fired, "from": serving_from, "to": time.time()}
         finally:
             await store.close()
 
-    fired = asyncio.run(serve())
-    Path(out).write_text(json.dumps(fired))
+    Path(out).write_text(json.dumps(asyncio.run(serve())))
 
 
 def _fire_of(run_id: str) -> float:
@@ -85,7 +88,7 @@ async def test_four_processes_fire_each_fire_once(
     expected = range(int(begin_at) + 1, int(end_at))
     assert set(expected) <= set(int(f) for f in fires), (fires, begin_at, end_at)
     assert fires == [fires[0] + i for i in range(len(fires))], "a fire was skipped"
-    assert len(fires) <= SERVE_S + 2
+    assert len(fires) <= end_at - begin_at + 2
     starters: Counter[str] = Counter()
     for run_id in runs:
         run = await store.get_run(run_id)
