@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: strictly below its own.
 LAYERS: list[set[str]] = [
     {"errors", "records", "tasks", "tracing"},
-    {"memory.cloning", "run.results"},
+    {"memory.cloning", "run.results", "run.threads"},
     {"durations", "values", "store", "mirror", "journal", "fleet.timers", "outages"},
     {
         "run.keys",

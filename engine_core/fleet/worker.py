@@ -17,6 +17,7 @@ from engine_core.run.attempt import error_info, run_attempt
 from engine_core.run.context import StepInfo
 from engine_core.run.control import RunControl
 from engine_core.run.leases import KeepAlive
+from engine_core.run.threads import runs_in_thread
 from engine_core.run.transitions import Outcome, job_ended, job_returned, job_unclaimed, write
 from engine_core.runtime import Runtime
 from engine_core.store import Store
@@ -236,6 +237,7 @@ class Worker:
                     result = await run_attempt(
                         info,
                         lambda: function(job.payload),
+                        threaded=runs_in_thread(function),
                         slots=self.runtime.slots,
                         timeout=job.timeout,
                         traceparent=job.traceparent,

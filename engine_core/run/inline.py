@@ -25,6 +25,7 @@ from engine_core.records import StepKind, utcnow
 from engine_core.run.attempt import error_info, run_attempt
 from engine_core.run.context import StepInfo
 from engine_core.run.pass_state import Parked, PassState, stored_failure
+from engine_core.run.threads import runs_in_thread
 from engine_core.run.transitions import attempt_ended, attempt_lost
 from engine_core.values import check_retries, idempotency_key
 
@@ -111,6 +112,7 @@ async def run_inline(
             p.arm_timer(step.due_at)
             raise Parked()
     attempt = prior + 1
+    threaded = runs_in_thread(fn)
     attributes = {
         "workflow.run_id": p.run_id,
         "workflow.name": p.workflow,
@@ -123,6 +125,7 @@ async def run_inline(
             stored = await run_attempt(
                 info,
                 lambda: fn(*args),
+                threaded=threaded,
                 slots=p.runtime.slots,
                 timeout=timeout,
                 traceparent=p.traceparent,
