@@ -9,6 +9,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
+from engine_core.convert import to_json
 from engine_core.errors import (
     InvalidLimitError,
     InvalidNameError,
@@ -98,7 +99,12 @@ def to_stored(value: Any, what: str) -> Any:
         if type(value) is not str or len(value) <= MAX_VALUE_BYTES // 6:
             return value
     try:
-        _check(value, what)
+        try:
+            _check(value, what)
+        except NotSerializableError:
+            # Not plain JSON: models, dataclasses, datetimes... become JSON (see convert).
+            value = to_json(value)
+            _check(value, what)
         text = json.dumps(value)
     except RecursionError:
         raise NotSerializableError(

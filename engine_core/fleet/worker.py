@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from typing import Any
 
+from engine_core.convert import declared_parameter, from_json
 from engine_core.durations import retry_delay_seconds
 from engine_core.errors import StoreUnavailableError
 from engine_core.mirror import mirror_step
@@ -236,7 +237,7 @@ class Worker:
                 with run_log_context(job.run_id, job.traceparent):
                     result = await run_attempt(
                         info,
-                        lambda: function(job.payload),
+                        lambda: function(from_json(job.payload, declared_parameter(function, 0))),
                         threaded=runs_in_thread(function),
                         slots=self.runtime.slots,
                         timeout=job.timeout,

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 import engine_core.run.inline as inline
 import engine_core.run.waits as waits
+from engine_core.convert import declared_parameter, from_json
 from engine_core.durations import Duration
 from engine_core.errors import NotSerializableError, StepFailedError, StoreUnavailableError
 from engine_core.outages import StoreDown
@@ -49,7 +50,8 @@ class RunPass(PassState):
         output: Any = None
         try:
             with run_log_context(self.run.run_id, self.traceparent):
-                output = await fn(WorkflowContext(self), self.run.input)
+                data = from_json(self.run.input, declared_parameter(fn, 1))
+                output = await fn(WorkflowContext(self), data)
         except BaseException as exc:
             failure = exc
         await self.drain()
@@ -148,7 +150,7 @@ class RunPass(PassState):
                     self,
                     compensation_key(step.key),
                     undo,
-                    (step.result,),
+                    (from_json(step.result, declared_parameter(undo, 0)),),
                     0,
                     0.0,
                     None,
@@ -180,6 +182,7 @@ class RunPass(PassState):
         retry_delay: Duration,
         compensate: Callable[[Any], Any] | None,
         timeout: Duration | None,
+        kwargs: dict[str, Any] | None = None,
     ) -> Any:
         return await inline.inline_step(
             self,
@@ -190,7 +193,15 @@ class RunPass(PassState):
             retry_delay=retry_delay,
             compensate=compensate,
             timeout=timeout,
+            kwargs=kwargs,
         )
+
+    def registered(
+        self, kind: Literal["workflow", "step function"], name: str
+    ) -> Callable[..., Any] | None:
+        if kind == "workflow":
+            return self.runtime.workflow_fn(name)
+        return self.runtime.step_fn(name)
 
     async def dispatch_step(
         self,
