@@ -251,32 +251,57 @@ def _unwrap(fn: Any) -> Any:
     return fn
 
 
-def declared_return(fn: Any) -> Any:
-    """The type ``fn`` declares it returns (an awaitable's result), or None."""
-    target = _unwrap(fn)
-    annotations = getattr(target, "__annotations__", None)
-    if not annotations or "return" not in annotations:
-        return None
-    declared = _type_hints(target).get("return")
-    origin = typing.get_origin(declared)
-    if origin is not None and (_is_abc(origin, "Awaitable") or _is_abc(origin, "Coroutine")):
-        declared = typing.get_args(declared)[-1] if typing.get_args(declared) else None
-    return declared
+@dataclasses.dataclass(frozen=True)
+class _Declared:
+    returns: Any
+    parameters: tuple[Any, ...]
 
 
-def declared_parameter(fn: Any, index: int) -> Any:
-    """The type of ``fn``'s positional parameter ``index``, or None."""
+_NOTHING = _Declared(None, ())
+_declared_of: weakref.WeakKeyDictionary[Any, _Declared] = weakref.WeakKeyDictionary()
+
+
+def _declared(fn: Any) -> _Declared:
+    """What ``fn`` declares (cached per function: this runs for every step)."""
+    try:
+        return _declared_of[fn]
+    except KeyError:
+        pass
+    except TypeError:  # not weakly referable: not cached
+        return _read_declared(fn)
+    found = _read_declared(fn)
+    _declared_of[fn] = found
+    return found
+
+
+def _read_declared(fn: Any) -> _Declared:
     target = _unwrap(fn)
     if not getattr(target, "__annotations__", None):
-        return None
+        return _NOTHING
+    hints = _type_hints(target)
+    returns = hints.get("return")
+    origin = typing.get_origin(returns)
+    if origin is not None and (_is_abc(origin, "Awaitable") or _is_abc(origin, "Coroutine")):
+        returns = typing.get_args(returns)[-1] if typing.get_args(returns) else None
     try:
-        parameters = [
+        names = [
             p.name
             for p in inspect.signature(fn).parameters.values()
             if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
         ]
     except (TypeError, ValueError):
-        return None
-    if index >= len(parameters):
-        return None
-    return _type_hints(target).get(parameters[index])
+        names = []
+    return _Declared(returns, tuple(hints.get(name) for name in names))
+
+
+def declared_return(fn: Any) -> Any:
+    """The type ``fn`` declares it returns (an awaitable's result), or None."""
+    if fn is None or (type(fn) is types.FunctionType and "return" not in fn.__annotations__):
+        return None  # (a lambda, say: nothing to look up)
+    return _declared(fn).returns
+
+
+def declared_parameter(fn: Any, index: int) -> Any:
+    """The type of ``fn``'s positional parameter ``index``, or None."""
+    parameters = _declared(fn).parameters
+    return parameters[index] if index < len(parameters) else None

@@ -20,6 +20,7 @@ import contextvars
 import functools
 import inspect
 import threading
+import types
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -42,6 +43,8 @@ def _executor() -> ThreadPoolExecutor:
 
 def runs_in_thread(fn: Callable[..., Any]) -> bool:
     """Whether ``fn`` is a plain function (called in a thread), not an async one."""
+    if type(fn) is types.FunctionType:  # the common case, first (this runs for every step)
+        return not fn.__code__.co_flags & inspect.CO_COROUTINE
     target: Any = fn
     while isinstance(target, functools.partial):
         target = target.func
