@@ -98,12 +98,14 @@ def to_stored(value: Any, what: str) -> Any:
         _check(value, what)  # a scalar is its own copy; no JSON round trip needed
         if type(value) is not str or len(value) <= MAX_VALUE_BYTES // 6:
             return value
+    converted = False
     try:
         try:
             _check(value, what)
         except NotSerializableError:
-            # Not plain JSON: models, dataclasses, datetimes... become JSON (see convert).
-            value = to_json(value)
+            # Not plain JSON: models, dataclasses, datetimes... become JSON (see convert),
+            # built afresh: no copy needed.
+            value, converted = to_json(value), True
             _check(value, what)
         text = json.dumps(value)
     except RecursionError:
@@ -116,7 +118,7 @@ def to_stored(value: Any, what: str) -> Any:
             "(a MongoDB document holds at most 16 MiB); store large data elsewhere and "
             "checkpoint a reference to it"
         )
-    return json.loads(text)
+    return value if converted else json.loads(text)
 
 
 def stored_size(*values: Any) -> int:
