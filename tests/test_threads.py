@@ -78,3 +78,35 @@ async def test_a_blocking_step_runs_once_while_other_runs_progress(
         assert (step.status, step.attempts, step.error) == ("succeeded", 1, None)
         history = await first.history(run_id)
         assert not any("Lost" in str(entry) for entry in history)
+
+
+async def test_a_thread_past_its_timeout_fails_the_attempt_and_its_late_result_is_dropped(
+    engine: Engine,
+) -> None:
+    finished = threading.Event()
+    attempts: list[int] = []
+
+    def slow() -> str:
+        info = current_step()
+        assert info is not None
+        attempts.append(info.attempt)
+        if info.attempt == 1:
+            time.sleep(0.6)  # past the timeout: the thread cannot be killed, it runs on
+            finished.set()
+            return "late"
+        return "in time"
+
+    @engine.workflow("slow")
+    async def flow(ctx: WorkflowContext, data: Any) -> str:
+        out: str = await ctx.step("slow", slow, timeout=0.2, retries=1)
+        return out
+
+    async with engine:
+        run_id = await engine.start("slow")
+        assert await engine.result(run_id, timeout=10) == "in time"
+        await asyncio.to_thread(finished.wait, 5)  # the first call ran to its end...
+    step = (await engine.status(run_id)).steps["slow"]
+    assert (step.status, step.attempts, step.result) == ("succeeded", 2, "in time")
+    history = [e for e in await engine.history(run_id) if e.step == "slow"]
+    assert "TimeoutError" in str(history)  # ...but attempt 1 failed with its timeout
+    assert attempts == [1, 2]
