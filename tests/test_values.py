@@ -4,8 +4,9 @@ every replay (also after a restart on MongoDB); a bad input is refused at start.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, date, datetime, timedelta, timezone
 from decimal import Decimal
 from typing import Any
@@ -217,3 +218,48 @@ async def test_dataclasses_cross_checkpoints_without_pydantic() -> None:
         with pytest.raises(InvalidInputError):
             await engine.start("parcel", {"weight": "1"})
     assert out == (Parcel(Decimal("3.50"), PARCEL.sent, ("fragile",), PARCEL.flags), ORDER.id)
+
+
+async def _until(engine: Engine, run_id: str, check: Any) -> None:
+    for _ in range(200):
+        if check(await engine.status(run_id)):
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(await engine.status(run_id))
+
+
+def _versioned(engine: Engine, declared: Any) -> None:
+    def measure() -> Any:
+        return {"sku": "a", "qty": 1}
+
+    measure.__annotations__["return"] = declared
+
+    @engine.workflow("versioned")
+    async def versioned(ctx: WorkflowContext, data: Any) -> Any:
+        line = await ctx.step("measure", measure)
+        await ctx.wait_for_event("go")
+        return line
+
+
+async def test_a_recorded_value_that_no_longer_fits_suspends_the_run(
+    make_engine: Callable[..., Engine],
+) -> None:
+    old = make_engine()
+    _versioned(old, dict[str, Any])
+    async with old:
+        run_id = await old.start("versioned")
+        await _until(old, run_id, lambda s: s.steps.get("go") is not None)
+    changed = make_engine()
+    _versioned(changed, Parcel)  # the step's result is now declared as something else
+    async with changed:
+        await changed.send_event(run_id, "go")
+        await _until(changed, run_id, lambda s: s.status == "suspended")
+    status = await changed.status(run_id)
+    assert status.error is not None and status.error["type"] == "NonDeterminismError"
+    assert "the result of step 'measure'" in status.error["message"]
+    fixed = make_engine()
+    _versioned(fixed, Line)
+    async with fixed:
+        await fixed.resume(run_id)
+        assert await fixed.result(run_id, timeout=10) == {"sku": "a", "qty": 1}
+    assert (await fixed.status(run_id)).steps["measure"].attempts == 1  # never run again

@@ -41,6 +41,24 @@ def leave_step(token: Token[StepInfo | None]) -> None:
     _current_step.reset(token)
 
 
+class ValueMismatch(BaseException):
+    """A recorded value does not fit the type the code now declares for it: the run is
+    suspended with the error, as a divergence is (a ``BaseException``: a workflow body's
+    ``except Exception`` must not take it for its own failure)."""
+
+    def __init__(self, what: str, declared: Any, exc: BaseException) -> None:
+        name = getattr(declared, "__name__", str(declared))
+        super().__init__(f"{what} does not fit the type the code declares ({name}): {exc}")
+
+
+def as_declared(value: Any, declared: Any, what: str) -> Any:
+    """``value`` as recorded, given as the ``declared`` type (:class:`ValueMismatch`)."""
+    try:
+        return from_json(value, declared)
+    except (ValueError, TypeError) as exc:
+        raise ValueMismatch(what, declared, exc) from exc
+
+
 class StepRunner(Protocol):
     """What a :class:`WorkflowContext` hands its calls to: the pass replaying the body."""
 
@@ -210,7 +228,8 @@ class WorkflowContext:
             timeout=timeout,
             kwargs=kwargs,
         )
-        return from_json(result, returns if returns is not None else declared_return(fn))
+        declared = returns if returns is not None else declared_return(fn)
+        return as_declared(result, declared, f"the result of step {name!r}")
 
     @overload
     async def dispatch(
@@ -283,7 +302,8 @@ class WorkflowContext:
         result = await self._pass.dispatch_step(
             name, function, payload, retries=retries, retry_delay=retry_delay, timeout=timeout
         )
-        return from_json(result, returns if returns is not None else declared_return(fn))
+        declared = returns if returns is not None else declared_return(fn)
+        return as_declared(result, declared, f"the result of step {name!r}")
 
     def _resolve(
         self, kind: Literal["workflow", "step function"], target: str | Callable[..., Any]
@@ -318,7 +338,9 @@ class WorkflowContext:
         """The payload of the oldest unconsumed event ``name`` (as ``returns``); None on
         timeout."""
         payload = await self._pass.event_step(name, timeout)
-        return None if payload is None else from_json(payload, returns)
+        if payload is None:
+            return None
+        return as_declared(payload, returns, f"the payload of event {name!r}")
 
     @overload
     async def child(
@@ -358,7 +380,8 @@ class WorkflowContext:
         and return its output, as ``returns`` or the workflow's return annotation says."""
         fn, workflow = self._resolve("workflow", workflow)
         output = await self._pass.child_step(name, workflow, input)
-        return from_json(output, returns if returns is not None else declared_return(fn))
+        declared = returns if returns is not None else declared_return(fn)
+        return as_declared(output, declared, f"the output of child step {name!r}")
 
 
 def registered_name(fn: Callable[..., Any], kind: str) -> str | None:

@@ -20,7 +20,7 @@ from engine_core.errors import NotSerializableError, StepFailedError, StoreUnava
 from engine_core.outages import StoreDown
 from engine_core.records import RunState, StepRecord, utcnow
 from engine_core.run.attempt import error_info
-from engine_core.run.context import WorkflowContext
+from engine_core.run.context import ValueMismatch, WorkflowContext, as_declared
 from engine_core.run.keys import compensation_key
 from engine_core.run.pass_state import SIGNALS, Parked, PassState, Stopped
 from engine_core.tracing import run_log_context
@@ -50,7 +50,8 @@ class RunPass(PassState):
         output: Any = None
         try:
             with run_log_context(self.run.run_id, self.traceparent):
-                data = from_json(self.run.input, declared_parameter(fn, 1))
+                what = f"the input of workflow {self.run.workflow!r}"
+                data = as_declared(self.run.input, declared_parameter(fn, 1), what)
                 output = await fn(WorkflowContext(self), data)
         except BaseException as exc:
             failure = exc
@@ -68,6 +69,8 @@ class RunPass(PassState):
                 return await self._compensate(None)
             if signal is Parked:
                 return await self._parked()
+            if isinstance(failure, ValueMismatch):
+                return await self._mismatch(failure)
             if failure is not None:
                 if isinstance(failure, KeyboardInterrupt | SystemExit):
                     raise failure
@@ -126,6 +129,13 @@ class RunPass(PassState):
                 return "stopped"
         return await self._end("failed", None, error)
 
+    async def _mismatch(self, failure: ValueMismatch) -> PassEnd:
+        """A recorded value no longer fits the code: the run is suspended with the error,
+        as a divergent one is; ``engine.resume`` after a fixed deploy replays it again."""
+        error = {**error_info(failure), "type": "NonDeterminismError"}
+        await self.store.halt_steps(self.run.run_id, True)
+        return await self._end("suspended", None, error)
+
     def _compensable(self) -> list[StepRecord]:
         done = [
             s
@@ -146,11 +156,16 @@ class RunPass(PassState):
         for step in reversed(todo):
             undo = self.compensations[step.key]
             try:
+                argument = from_json(step.result, declared_parameter(undo, 0))
+            except (ValueError, TypeError):  # the recorded result no longer fits `undo`
+                failed.append(step.key)
+                continue
+            try:
                 await inline.run_inline(
                     self,
                     compensation_key(step.key),
                     undo,
-                    (from_json(step.result, declared_parameter(undo, 0)),),
+                    (argument,),
                     0,
                     0.0,
                     None,
