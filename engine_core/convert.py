@@ -99,7 +99,10 @@ def _cached_reader(declared: Any) -> Callable[[Any], Any]:
 
 def _make_reader(declared: Any) -> Callable[[Any], Any]:
     if pydantic is not None:
-        adapter: Any = pydantic.TypeAdapter(declared)
+        try:
+            adapter: Any = pydantic.TypeAdapter(declared)
+        except Exception as exc:  # a type pydantic cannot read (or not resolvable here)
+            raise TypeError(f"values cannot be read as {declared!r}: {exc}") from exc
         return adapter.validate_python  # type: ignore[no-any-return]
     return functools.partial(_read, declared=declared, path="value")
 
