@@ -5,10 +5,13 @@ every replay (also after a restart on MongoDB); a bad input is refused at start.
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, date, datetime, timedelta, timezone
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,6 +28,7 @@ from engine_core.memory import InMemoryStore
 from engine_core.values import to_stored
 from tests.value_types import Colour, Line, OrderIn, Parcel, Receipt
 
+ROOT = Path(__file__).resolve().parents[1]
 TZ = timezone(timedelta(hours=2))
 ORDER = OrderIn(
     id=uuid.UUID("12345678-1234-5678-1234-567812345678"),
@@ -263,3 +267,41 @@ async def test_a_recorded_value_that_no_longer_fits_suspends_the_run(
         await fixed.resume(run_id)
         assert await fixed.result(run_id, timeout=10) == {"sku": "a", "qty": 1}
     assert (await fixed.status(run_id)).steps["measure"].attempts == 1  # never run again
+
+
+def test_engine_core_imports_and_converts_without_pydantic_installed() -> None:
+    code = """
+import sys
+sys.modules["pydantic"] = None  # as if not installed: importing it raises ImportError
+import asyncio, dataclasses, datetime
+from engine_core import Engine, WorkflowContext, convert
+from engine_core.memory import InMemoryStore
+assert convert.pydantic is None
+
+@dataclasses.dataclass
+class Box:
+    at: datetime.datetime
+    size: tuple[int, int]
+
+engine = Engine(InMemoryStore())
+
+def grow(box: Box) -> Box:
+    return Box(box.at, (box.size[0] + 1, box.size[1]))
+
+@engine.workflow("box")
+async def flow(ctx: WorkflowContext, box: Box) -> Box:
+    return await ctx.step("grow", grow, box)
+
+async def main() -> None:
+    at = datetime.datetime(2026, 1, 2, 3, 4, tzinfo=datetime.timezone.utc)
+    async with engine:
+        out = await engine.result(await engine.start("box", Box(at, (1, 2))), timeout=10)
+    assert out == Box(at, (2, 2)), out
+
+asyncio.run(main())
+print("ok")
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.stdout.strip() == "ok", done.stderr
