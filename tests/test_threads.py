@@ -16,13 +16,16 @@ LEASE = 0.5
 BLOCK = 3 * LEASE
 
 
-def _build(engine: Engine, calls: list[tuple[str, int]], threads: set[str]) -> None:
+def _build(
+    engine: Engine, calls: list[tuple[str, int]], threads: set[str], ends: list[float]
+) -> None:
     def call(name: str) -> str:
         info = current_step()
         assert info is not None, "the step's context is carried into its thread"
         calls.append((info.step, info.attempt))
         threads.add(threading.current_thread().name)
         time.sleep(BLOCK)
+        ends.append(time.monotonic())
         return f"{name} done"
 
     @engine.step_function("blocking")
@@ -50,6 +53,7 @@ async def test_a_blocking_step_runs_once_while_other_runs_progress(
 ) -> None:
     calls: list[tuple[str, int]] = []
     threads: set[str] = set()
+    ends: list[float] = []
     options: dict[str, Any] = {
         "lease_ttl": LEASE,
         "recovery_interval": "100ms",
@@ -58,16 +62,16 @@ async def test_a_blocking_step_runs_once_while_other_runs_progress(
     }
     first = make_engine(**options)
     second = make_engine(**options)
-    _build(first, calls, threads)
-    _build(second, calls, threads)
+    _build(first, calls, threads, ends)
+    _build(second, calls, threads, ends)
     async with first, second:
         inline_id = await first.start("inline")
         dispatched_id = await first.start("dispatched")
-        await asyncio.sleep(0.2)
-        began = time.monotonic()
+        while len(calls) < 2:  # both blocking calls under way
+            await asyncio.sleep(0.01)
         quick_id = await second.start("quick")
         assert await second.result(quick_id, timeout=BLOCK) == 3
-        assert time.monotonic() - began < BLOCK  # not held up by the blocked steps
+        assert not ends  # the quick run ended while both steps were still blocking
         assert await first.result(inline_id, timeout=10) == "inline done"
         assert await first.result(dispatched_id, timeout=10) == "dispatched done"
         await asyncio.sleep(3 * LEASE)  # time for a recovery to take a step for lost
