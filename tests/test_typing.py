@@ -59,6 +59,9 @@ async def order(ctx: WorkflowContext, data: Any) -> None:
     reveal_type(await ctx.child("ship2", "child", 3, returns=int))  # L8
     reveal_type(await ctx.wait_for_event("ok", returns=str))  # L9
     reveal_type(await engine.result("r", returns=float))  # L10
+    for i in range(2):
+        reveal_type(await ctx.step("bound", lambda i=i: i * 10, retries=1))  # L11
+        reveal_type(await ctx.step("closure", lambda: i * 10))  # L12
 """
 
 EXPECTED = {
@@ -72,6 +75,8 @@ EXPECTED = {
     "L8": "int",
     "L9": "str | None",
     "L10": "float",
+    "L11": "Any",  # a lambda with defaults is accepted, its result not inferred
+    "L12": "int",
 }
 
 WRONG = """
@@ -82,6 +87,7 @@ async def order(ctx: WorkflowContext, data: Any) -> None:
     await ctx.step("c3", charge, "card")  # W3
     await ctx.dispatch("send", send, 5)  # W4
     await ctx.child("ship", child, "three")  # W5
+    await ctx.step("c4", charge, retries=1)  # W6
 """
 
 
@@ -121,4 +127,4 @@ def test_mypy_checks_step_arguments_and_infers_results(tmp_path: Path) -> None:
 def test_mypy_refuses_wrong_step_arguments(tmp_path: Path) -> None:
     found = _mypy(tmp_path, WRONG)
     flagged = {line.split()[0] for line in found if " error: " in line}
-    assert flagged == {"W1", "W2", "W3", "W4", "W5"}, found
+    assert flagged == {"W1", "W2", "W3", "W4", "W5", "W6"}, found

@@ -128,6 +128,15 @@ def _outage_ends_the_pass(
     return call
 
 
+_Out = TypeVar("_Out", covariant=True)
+
+
+class _NoArguments(Protocol[_Out]):
+    """A callable that can be called with no argument."""
+
+    def __call__(self) -> _Out: ...
+
+
 class WorkflowContext:
     """Handed to a workflow body; every call on it is checkpointed."""
 
@@ -148,6 +157,16 @@ class WorkflowContext:
     # what ``fn`` returns (awaited). Keyword arguments go to ``fn`` unchecked; with none
     # of the step options, a call passing required parameters by keyword is checked
     # whole (the ParamSpec overloads).
+    @overload
+    async def step(
+        self, name: str, fn: Callable[_P, Awaitable[_R]], *args: _P.args, **kwargs: _P.kwargs
+    ) -> _R: ...
+
+    @overload
+    async def step(
+        self, name: str, fn: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs
+    ) -> _R: ...
+
     @overload
     async def step(
         self,
@@ -190,15 +209,47 @@ class WorkflowContext:
         **kwargs: Any,
     ) -> _T: ...
 
+    # A lambda with default arguments (``lambda i=i: ...``, binding a loop variable) is
+    # not inferred against a TypeVarTuple: these take any callable that can be called
+    # with no argument.
     @overload
     async def step(
-        self, name: str, fn: Callable[_P, Awaitable[_R]], *args: _P.args, **kwargs: _P.kwargs
+        self,
+        name: str,
+        fn: _NoArguments[Awaitable[_R]],
+        *,
+        retries: int = 0,
+        retry_delay: Duration = 0,
+        compensate: Callable[[Any], Any] | None = None,
+        timeout: Duration | None = None,
+        returns: None = None,
     ) -> _R: ...
 
     @overload
     async def step(
-        self, name: str, fn: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs
+        self,
+        name: str,
+        fn: _NoArguments[_R],
+        *,
+        retries: int = 0,
+        retry_delay: Duration = 0,
+        compensate: Callable[[Any], Any] | None = None,
+        timeout: Duration | None = None,
+        returns: None = None,
     ) -> _R: ...
+
+    @overload
+    async def step(
+        self,
+        name: str,
+        fn: _NoArguments[Any],
+        *,
+        retries: int = 0,
+        retry_delay: Duration = 0,
+        compensate: Callable[[Any], Any] | None = None,
+        timeout: Duration | None = None,
+        returns: type[_T],
+    ) -> _T: ...
 
     # mypy cannot match ``*args: Any`` to a TypeVarTuple's ``*args``:
     @_outage_ends_the_pass  # type: ignore[misc]
