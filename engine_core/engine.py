@@ -12,10 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
+from engine_core.convert import declared_parameter, declared_return, from_json
 from engine_core.durations import Duration, parse_duration
 from engine_core.errors import (
+    InvalidInputError,
     InvalidRunIdError,
 )
 from engine_core.fleet.recovery import RecoveryReport, WorkflowRecovery
@@ -28,6 +30,7 @@ from engine_core.records import (
     TERMINAL,
     utcnow,
 )
+from engine_core.run.context import mark_registered
 from engine_core.run.results import outcome
 from engine_core.runtime import EngineConfig
 from engine_core.schedules.control import ScheduleControl
@@ -40,9 +43,11 @@ from engine_core.values import (
     check_page,
     check_prefix,
     check_run_id,
+    to_stored,
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 #: The most runs one ``list_runs`` call returns (page with ``after`` for more).
 MAX_LIST = 10_000
 
@@ -168,6 +173,7 @@ class Engine:
         :class:`StoreUnavailableError`.
         """
         check_registered(self._host.workflows, workflow)
+        _check_input(self._host.workflows[workflow], workflow, input)
         run = new_run(
             workflow,
             input,
@@ -254,8 +260,19 @@ class Engine:
         )
         return [fold_status(r, []) for r in runs]
 
-    async def result(self, run_id: str, timeout: float | None = None) -> Any:
-        """Wait for the run to end and return its output.
+    @overload
+    async def result(self, run_id: str, timeout: float | None = None, *, returns: type[T]) -> T: ...
+
+    @overload
+    async def result(
+        self, run_id: str, timeout: float | None = None, *, returns: None = None
+    ) -> Any: ...
+
+    async def result(
+        self, run_id: str, timeout: float | None = None, *, returns: Any = None
+    ) -> Any:
+        """Wait for the run to end and return its output, as the type ``returns`` or the
+        registered workflow's return annotation declares.
 
         Raises WorkflowRunFailedError or WorkflowRunCancelledError for a run that did not
         complete, and TimeoutError past ``timeout`` seconds.
@@ -270,7 +287,10 @@ class Engine:
                     f"run {run_id!r} is still {now.status} after {timeout} s"
                 ) from None
             run = now
-        return outcome(run)
+        output = outcome(run)
+        if returns is None:
+            returns = declared_return(self._host.workflows.get(run.workflow))
+        return from_json(output, returns)
 
     async def cancel(self, run_id: str, *, compensate: bool = False) -> None:
         """Stop the run for good; with ``compensate`` its compensations run first."""
@@ -397,6 +417,24 @@ def _register(registry: dict[str, Any], name: str, what: str) -> Callable[[F], F
         if name in registry and registry[name] is not fn:
             raise ValueError(f"a {what} named {name!r} is already registered")
         registry[name] = fn
+        mark_registered(fn, what, name)
         return fn
 
     return register
+
+
+def _check_input(fn: Callable[..., Any], workflow: str, input: Any) -> None:
+    """``input`` must fit the type ``fn`` declares for it: :class:`InvalidInputError`."""
+    declared = declared_parameter(fn, 1)
+    if declared is None:
+        return
+    stored = to_stored(input, f"input of workflow {workflow!r}")
+    try:
+        from_json(stored, declared)
+    except (ValueError, TypeError) as exc:
+        listed: Any = getattr(exc, "errors", None)  # pydantic's ValidationError lists them
+        name = getattr(declared, "__name__", str(declared))
+        raise InvalidInputError(
+            f"input of workflow {workflow!r} does not fit {name}: {exc}",
+            errors=listed() if callable(listed) else None,
+        ) from exc

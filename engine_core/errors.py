@@ -56,6 +56,16 @@ class InvalidDurationError(EngineError, ValueError):
     """A duration could not be understood."""
 
 
+class InvalidInputError(EngineError, ValueError):
+    """A workflow's input does not fit the type its annotation declares; nothing was
+    recorded. ``errors`` lists what did not fit (pydantic's ``errors()`` when it read the
+    input, else the one message)."""
+
+    def __init__(self, message: str, *, errors: list[Any] | None = None):
+        super().__init__(message)
+        self.errors: list[Any] = errors if errors is not None else [message]
+
+
 class InvalidRunIdError(EngineError, ValueError):
     """A run id is not a usable string, or belongs to another workflow."""
 

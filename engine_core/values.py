@@ -9,6 +9,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
+from engine_core.convert import to_json
 from engine_core.errors import (
     InvalidLimitError,
     InvalidNameError,
@@ -97,8 +98,15 @@ def to_stored(value: Any, what: str) -> Any:
         _check(value, what)  # a scalar is its own copy; no JSON round trip needed
         if type(value) is not str or len(value) <= MAX_VALUE_BYTES // 6:
             return value
+    converted = False
     try:
-        _check(value, what)
+        try:
+            _check(value, what)
+        except NotSerializableError:
+            # Not plain JSON: models, dataclasses, datetimes... become JSON (see convert),
+            # built afresh: no copy needed.
+            value, converted = to_json(value), True
+            _check(value, what)
         text = json.dumps(value)
     except RecursionError:
         raise NotSerializableError(
@@ -110,7 +118,7 @@ def to_stored(value: Any, what: str) -> Any:
             "(a MongoDB document holds at most 16 MiB); store large data elsewhere and "
             "checkpoint a reference to it"
         )
-    return json.loads(text)
+    return value if converted else json.loads(text)
 
 
 def stored_size(*values: Any) -> int:

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from typing import Any
 
+from engine_core.convert import declared_parameter, from_json
 from engine_core.durations import retry_delay_seconds
 from engine_core.errors import StoreUnavailableError
 from engine_core.mirror import mirror_step
@@ -17,6 +18,7 @@ from engine_core.run.attempt import error_info, run_attempt
 from engine_core.run.context import StepInfo
 from engine_core.run.control import RunControl
 from engine_core.run.leases import KeepAlive
+from engine_core.run.threads import runs_in_thread
 from engine_core.run.transitions import Outcome, job_ended, job_returned, job_unclaimed, write
 from engine_core.runtime import Runtime
 from engine_core.store import Store
@@ -235,7 +237,8 @@ class Worker:
                 with run_log_context(job.run_id, job.traceparent):
                     result = await run_attempt(
                         info,
-                        lambda: function(job.payload),
+                        lambda: function(from_json(job.payload, declared_parameter(function, 0))),
+                        threaded=runs_in_thread(function),
                         slots=self.runtime.slots,
                         timeout=job.timeout,
                         traceparent=job.traceparent,

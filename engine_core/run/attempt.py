@@ -10,6 +10,7 @@ from typing import Any
 
 from engine_core.errors import StepFailedError
 from engine_core.run.context import StepInfo, enter_step, leave_step
+from engine_core.run.threads import call_in_thread
 from engine_core.tracing import attempt_span, record_failure, tracing_configured
 from engine_core.values import to_stored
 
@@ -49,22 +50,24 @@ async def run_attempt(
     timeout: float | None,
     traceparent: str | None,
     attributes: dict[str, Any],
+    threaded: bool = False,
 ) -> Any:
     """Run ``call()`` as attempt ``info``: in a span of the run's trace, with
     :func:`~engine_core.current_step` set, holding one of ``slots``, within ``timeout``
-    seconds. Returns the result as it is checkpointed; raises what the attempt raised
-    (a result that cannot be checkpointed raises ``NotSerializableError``)."""
+    seconds; ``threaded``: in a worker thread (see :mod:`engine_core.run.threads`).
+    Returns the result as it is checkpointed; raises what the attempt raised (a result
+    that cannot be checkpointed raises ``NotSerializableError``)."""
     if not tracing_configured():
         # No SDK: no span to build (this runs for every attempt).
         token = enter_step(info)
         try:
-            return await _call(call, slots, timeout, info.step)
+            return await _call(call, slots, timeout, info.step, threaded)
         finally:
             leave_step(token)
     with attempt_span(traceparent, info.step, attributes) as span:
         token = enter_step(info)
         try:
-            return await _call(call, slots, timeout, info.step)
+            return await _call(call, slots, timeout, info.step, threaded)
         except Exception as exc:
             record_failure(span, exc)
             raise
@@ -73,10 +76,18 @@ async def run_attempt(
 
 
 async def _call(
-    call: Callable[[], Any], slots: asyncio.Semaphore, timeout: float | None, step: str
+    call: Callable[[], Any],
+    slots: asyncio.Semaphore,
+    timeout: float | None,
+    step: str,
+    threaded: bool,
 ) -> Any:
     async with slots:
-        value = call()
+        if threaded:
+            running = call_in_thread(call)
+            value = await (asyncio.wait_for(running, timeout) if timeout else running)
+        else:
+            value = call()
         if inspect.isawaitable(value):
             value = await (asyncio.wait_for(value, timeout) if timeout else value)
     return to_stored(value, f"result of step {step!r}")

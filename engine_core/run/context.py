@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from contextvars import ContextVar, Token
 from dataclasses import dataclass
-from typing import Any, ParamSpec, Protocol, TypeVar
+from typing import Any, Literal, ParamSpec, Protocol, TypeVar, TypeVarTuple, overload
 
+from engine_core.convert import declared_return, from_json
 from engine_core.durations import Duration
 from engine_core.errors import StoreUnavailableError
 from engine_core.outages import StoreDown
@@ -40,6 +41,24 @@ def leave_step(token: Token[StepInfo | None]) -> None:
     _current_step.reset(token)
 
 
+class ValueMismatch(BaseException):
+    """A recorded value does not fit the type the code now declares for it: the run is
+    suspended with the error, as a divergence is (a ``BaseException``: a workflow body's
+    ``except Exception`` must not take it for its own failure)."""
+
+    def __init__(self, what: str, declared: Any, exc: BaseException) -> None:
+        name = getattr(declared, "__name__", str(declared))
+        super().__init__(f"{what} does not fit the type the code declares ({name}): {exc}")
+
+
+def as_declared(value: Any, declared: Any, what: str) -> Any:
+    """``value`` as recorded, given as the ``declared`` type (:class:`ValueMismatch`)."""
+    try:
+        return from_json(value, declared)
+    except (ValueError, TypeError) as exc:
+        raise ValueMismatch(what, declared, exc) from exc
+
+
 class StepRunner(Protocol):
     """What a :class:`WorkflowContext` hands its calls to: the pass replaying the body."""
 
@@ -59,7 +78,14 @@ class StepRunner(Protocol):
         retry_delay: Duration,
         compensate: Callable[[Any], Any] | None,
         timeout: Duration | None,
+        kwargs: dict[str, Any] | None = None,
     ) -> Any: ...
+
+    def registered(
+        self, kind: Literal["workflow", "step function"], name: str
+    ) -> Callable[..., Any] | None:
+        """The workflow or step function registered in this process under ``name``."""
+        ...
 
     async def dispatch_step(
         self,
@@ -80,7 +106,10 @@ class StepRunner(Protocol):
 
 
 _T = TypeVar("_T")
+_R = TypeVar("_R")
+_A = TypeVar("_A")
 _P = ParamSpec("_P")
+_Ts = TypeVarTuple("_Ts")
 
 
 def _outage_ends_the_pass(
@@ -99,6 +128,15 @@ def _outage_ends_the_pass(
     return call
 
 
+_Out = TypeVar("_Out", covariant=True)
+
+
+class _NoArguments(Protocol[_Out]):
+    """A callable that can be called with no argument."""
+
+    def __call__(self) -> _Out: ...
+
+
 class WorkflowContext:
     """Handed to a workflow body; every call on it is checkpointed."""
 
@@ -115,19 +153,123 @@ class WorkflowContext:
         """The name of the workflow being run."""
         return self._pass.workflow
 
-    @_outage_ends_the_pass
+    # ``ctx.step``: the positional arguments are checked against ``fn`` and the result is
+    # what ``fn`` returns (awaited). Keyword arguments go to ``fn`` unchecked; with none
+    # of the step options, a call passing required parameters by keyword is checked
+    # whole (the ParamSpec overloads).
+    @overload
+    async def step(
+        self, name: str, fn: Callable[_P, Awaitable[_R]], *args: _P.args, **kwargs: _P.kwargs
+    ) -> _R: ...
+
+    @overload
+    async def step(
+        self, name: str, fn: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs
+    ) -> _R: ...
+
+    @overload
+    async def step(
+        self,
+        name: str,
+        fn: Callable[[*_Ts], Awaitable[_R]],
+        *args: *_Ts,
+        retries: int = 0,
+        retry_delay: Duration = 0,
+        compensate: Callable[[Any], Any] | None = None,
+        timeout: Duration | None = None,
+        returns: None = None,
+        **kwargs: Any,
+    ) -> _R: ...
+
+    @overload
+    async def step(
+        self,
+        name: str,
+        fn: Callable[[*_Ts], _R],
+        *args: *_Ts,
+        retries: int = 0,
+        retry_delay: Duration = 0,
+        compensate: Callable[[Any], Any] | None = None,
+        timeout: Duration | None = None,
+        returns: None = None,
+        **kwargs: Any,
+    ) -> _R: ...
+
+    @overload
+    async def step(
+        self,
+        name: str,
+        fn: Callable[[*_Ts], Any],
+        *args: *_Ts,
+        retries: int = 0,
+        retry_delay: Duration = 0,
+        compensate: Callable[[Any], Any] | None = None,
+        timeout: Duration | None = None,
+        returns: type[_T],
+        **kwargs: Any,
+    ) -> _T: ...
+
+    # A lambda with default arguments (``lambda i=i: ...``, binding a loop variable) is
+    # not inferred against a TypeVarTuple: these take any callable that can be called
+    # with no argument.
+    @overload
+    async def step(
+        self,
+        name: str,
+        fn: _NoArguments[Awaitable[_R]],
+        *,
+        retries: int = 0,
+        retry_delay: Duration = 0,
+        compensate: Callable[[Any], Any] | None = None,
+        timeout: Duration | None = None,
+        returns: None = None,
+    ) -> _R: ...
+
+    @overload
+    async def step(
+        self,
+        name: str,
+        fn: _NoArguments[_R],
+        *,
+        retries: int = 0,
+        retry_delay: Duration = 0,
+        compensate: Callable[[Any], Any] | None = None,
+        timeout: Duration | None = None,
+        returns: None = None,
+    ) -> _R: ...
+
+    @overload
+    async def step(
+        self,
+        name: str,
+        fn: _NoArguments[Any],
+        *,
+        retries: int = 0,
+        retry_delay: Duration = 0,
+        compensate: Callable[[Any], Any] | None = None,
+        timeout: Duration | None = None,
+        returns: type[_T],
+    ) -> _T: ...
+
+    # mypy cannot match ``*args: Any`` to a TypeVarTuple's ``*args``:
+    @_outage_ends_the_pass  # type: ignore[misc]
     async def step(
         self,
         name: str,
         fn: Callable[..., Any],
         *args: Any,
-        retries: int = 0,
-        retry_delay: Duration = 0,
-        compensate: Callable[[Any], Any] | None = None,
-        timeout: Duration | None = None,
+        retries: Any = 0,
+        retry_delay: Any = 0,
+        compensate: Any = None,
+        timeout: Any = None,
+        returns: Any = None,
+        **kwargs: Any,
     ) -> Any:
-        """Run ``fn(*args)`` here, once: a replay returns the recorded result."""
-        return await self._pass.inline_step(
+        """Run ``fn(*args, **kwargs)`` here, once: a replay returns the recorded result,
+        as the type ``returns`` or ``fn``'s return annotation declares. The step options
+        (``retries``, ``retry_delay``, ``compensate``, ``timeout``, ``returns``) are
+        keyword-only and never passed to ``fn``."""
+        result = await self._pass.inline_step(
             name,
             fn,
             args,
@@ -135,9 +277,51 @@ class WorkflowContext:
             retry_delay=retry_delay,
             compensate=compensate,
             timeout=timeout,
+            kwargs=kwargs,
         )
+        declared = returns if returns is not None else declared_return(fn)
+        return as_declared(result, declared, f"the result of step {name!r}")
 
-    @_outage_ends_the_pass
+    @overload
+    async def dispatch(
+        self,
+        name: str,
+        function: Callable[[_A], Awaitable[_R]],
+        payload: _A,
+        *,
+        retries: int = 0,
+        retry_delay: Duration = 0,
+        timeout: Duration | None = None,
+        returns: None = None,
+    ) -> _R: ...
+
+    @overload
+    async def dispatch(
+        self,
+        name: str,
+        function: Callable[[_A], _R],
+        payload: _A,
+        *,
+        retries: int = 0,
+        retry_delay: Duration = 0,
+        timeout: Duration | None = None,
+        returns: None = None,
+    ) -> _R: ...
+
+    @overload
+    async def dispatch(
+        self,
+        name: str,
+        function: str | Callable[..., Any],
+        payload: Any = None,
+        *,
+        retries: int = 0,
+        retry_delay: Duration = 0,
+        timeout: Duration | None = None,
+        returns: type[_T],
+    ) -> _T: ...
+
+    @overload
     async def dispatch(
         self,
         name: str,
@@ -147,23 +331,121 @@ class WorkflowContext:
         retries: int = 0,
         retry_delay: Duration = 0,
         timeout: Duration | None = None,
+        returns: None = None,
+    ) -> Any: ...
+
+    @_outage_ends_the_pass
+    async def dispatch(
+        self,
+        name: str,
+        function: str | Callable[..., Any],
+        payload: Any = None,
+        *,
+        retries: int = 0,
+        retry_delay: Duration = 0,
+        timeout: Duration | None = None,
+        returns: Any = None,
     ) -> Any:
-        """Hand step ``name`` to any worker that registered ``function``; wait for it."""
-        return await self._pass.dispatch_step(
+        """Hand step ``name`` to any worker that registered ``function`` (its name, or the
+        registered function itself); wait for it. The result comes back as ``returns``
+        or the step function's return annotation declares (when registered here)."""
+        fn, function = self._resolve("step function", function)
+        result = await self._pass.dispatch_step(
             name, function, payload, retries=retries, retry_delay=retry_delay, timeout=timeout
         )
+        declared = returns if returns is not None else declared_return(fn)
+        return as_declared(result, declared, f"the result of step {name!r}")
+
+    def _resolve(
+        self, kind: Literal["workflow", "step function"], target: str | Callable[..., Any]
+    ) -> tuple[Callable[..., Any] | None, str]:
+        """The registered function and its name, from either."""
+        if isinstance(target, str):
+            return self._pass.registered(kind, target), target
+        name = registered_name(target, kind)
+        if name is None:
+            raise ValueError(f"{target!r} is not a registered {kind}; register it or pass its name")
+        return target, name
 
     @_outage_ends_the_pass
     async def sleep(self, name: str, duration: Duration) -> None:
         """Wait ``duration`` durably: the wake-up time survives restarts."""
         await self._pass.sleep_step(name, duration)
 
-    @_outage_ends_the_pass
-    async def wait_for_event(self, name: str, *, timeout: Duration | None = None) -> Any:
-        """The payload of the oldest unconsumed event ``name``; None on timeout."""
-        return await self._pass.event_step(name, timeout)
+    @overload
+    async def wait_for_event(
+        self, name: str, *, timeout: Duration | None = None, returns: type[_T]
+    ) -> _T | None: ...
+
+    @overload
+    async def wait_for_event(
+        self, name: str, *, timeout: Duration | None = None, returns: None = None
+    ) -> Any: ...
 
     @_outage_ends_the_pass
-    async def child(self, name: str, workflow: str, input: Any = None) -> Any:
-        """Run ``workflow`` as a child run and return its output."""
-        return await self._pass.child_step(name, workflow, input)
+    async def wait_for_event(
+        self, name: str, *, timeout: Duration | None = None, returns: Any = None
+    ) -> Any:
+        """The payload of the oldest unconsumed event ``name`` (as ``returns``); None on
+        timeout."""
+        payload = await self._pass.event_step(name, timeout)
+        if payload is None:
+            return None
+        return as_declared(payload, returns, f"the payload of event {name!r}")
+
+    @overload
+    async def child(
+        self,
+        name: str,
+        workflow: Callable[[Any, _A], Awaitable[_R]],
+        input: _A,
+        *,
+        returns: None = None,
+    ) -> _R: ...
+
+    @overload
+    async def child(
+        self,
+        name: str,
+        workflow: str | Callable[..., Any],
+        input: Any = None,
+        *,
+        returns: type[_T],
+    ) -> _T: ...
+
+    @overload
+    async def child(
+        self, name: str, workflow: str, input: Any = None, *, returns: None = None
+    ) -> Any: ...
+
+    @_outage_ends_the_pass
+    async def child(
+        self,
+        name: str,
+        workflow: str | Callable[..., Any],
+        input: Any = None,
+        *,
+        returns: Any = None,
+    ) -> Any:
+        """Run ``workflow`` (its name, or the registered workflow itself) as a child run
+        and return its output, as ``returns`` or the workflow's return annotation says."""
+        fn, workflow = self._resolve("workflow", workflow)
+        output = await self._pass.child_step(name, workflow, input)
+        declared = returns if returns is not None else declared_return(fn)
+        return as_declared(output, declared, f"the output of child step {name!r}")
+
+
+def registered_name(fn: Callable[..., Any], kind: str) -> str | None:
+    """The name ``fn`` was registered under as a ``kind`` (see :func:`mark_registered`)."""
+    names: dict[str, str] = getattr(fn, "__engine_names__", {})
+    return names.get(kind)
+
+
+def mark_registered(fn: Callable[..., Any], kind: str, name: str) -> None:
+    """Note on ``fn`` that it is registered as the ``kind`` ``name`` (so code may pass the
+    function itself where the name is asked for)."""
+    try:
+        names = fn.__dict__.setdefault("__engine_names__", {})
+    except AttributeError:
+        return  # no attributes (a builtin): only its name will do
+    names.setdefault(kind, name)

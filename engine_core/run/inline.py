@@ -25,6 +25,7 @@ from engine_core.records import StepKind, utcnow
 from engine_core.run.attempt import error_info, run_attempt
 from engine_core.run.context import StepInfo
 from engine_core.run.pass_state import Parked, PassState, stored_failure
+from engine_core.run.threads import runs_in_thread
 from engine_core.run.transitions import attempt_ended, attempt_lost
 from engine_core.values import check_retries, idempotency_key
 
@@ -45,6 +46,7 @@ async def inline_step(
     retry_delay: Duration,
     compensate: Callable[[Any], Any] | None,
     timeout: Duration | None,
+    kwargs: dict[str, Any] | None = None,
 ) -> Any:
     """``ctx.step``: the recorded result, or run the step here now."""
     key = p.key(name)
@@ -57,7 +59,8 @@ async def inline_step(
     if done is not None:
         return done.result
     compensable = compensate is not None
-    return await p.track(run_inline(p, key, fn, args, attempts, delay, limit, compensable))
+    run = run_inline(p, key, fn, args, attempts, delay, limit, compensable, kwargs=kwargs)
+    return await p.track(run)
 
 
 async def _take_back_lost(p: PassState, key: str, kind: StepKind, extra: dict[str, Any]) -> int:
@@ -94,6 +97,7 @@ async def run_inline(
     compensable: bool,
     *,
     kind: StepKind = "inline",
+    kwargs: dict[str, Any] | None = None,
 ) -> Any:
     """Run the step here until it succeeds, fails for good, or parks for a long retry."""
     step = p.steps.get(key)
@@ -111,6 +115,7 @@ async def run_inline(
             p.arm_timer(step.due_at)
             raise Parked()
     attempt = prior + 1
+    threaded = runs_in_thread(fn)
     attributes = {
         "workflow.run_id": p.run_id,
         "workflow.name": p.workflow,
@@ -122,7 +127,8 @@ async def run_inline(
         try:
             stored = await run_attempt(
                 info,
-                lambda: fn(*args),
+                (lambda: fn(*args, **kwargs)) if kwargs else (lambda: fn(*args)),
+                threaded=threaded,
                 slots=p.runtime.slots,
                 timeout=timeout,
                 traceparent=p.traceparent,

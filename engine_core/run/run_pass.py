@@ -14,12 +14,13 @@ from typing import Any, Literal
 
 import engine_core.run.inline as inline
 import engine_core.run.waits as waits
+from engine_core.convert import declared_parameter, from_json
 from engine_core.durations import Duration
 from engine_core.errors import NotSerializableError, StepFailedError, StoreUnavailableError
 from engine_core.outages import StoreDown
 from engine_core.records import RunState, StepRecord, utcnow
 from engine_core.run.attempt import error_info
-from engine_core.run.context import WorkflowContext
+from engine_core.run.context import ValueMismatch, WorkflowContext, as_declared
 from engine_core.run.keys import compensation_key
 from engine_core.run.pass_state import SIGNALS, Parked, PassState, Stopped
 from engine_core.tracing import run_log_context
@@ -49,7 +50,9 @@ class RunPass(PassState):
         output: Any = None
         try:
             with run_log_context(self.run.run_id, self.traceparent):
-                output = await fn(WorkflowContext(self), self.run.input)
+                what = f"the input of workflow {self.run.workflow!r}"
+                data = as_declared(self.run.input, declared_parameter(fn, 1), what)
+                output = await fn(WorkflowContext(self), data)
         except BaseException as exc:
             failure = exc
         await self.drain()
@@ -66,6 +69,8 @@ class RunPass(PassState):
                 return await self._compensate(None)
             if signal is Parked:
                 return await self._parked()
+            if isinstance(failure, ValueMismatch):
+                return await self._mismatch(failure)
             if failure is not None:
                 if isinstance(failure, KeyboardInterrupt | SystemExit):
                     raise failure
@@ -124,6 +129,13 @@ class RunPass(PassState):
                 return "stopped"
         return await self._end("failed", None, error)
 
+    async def _mismatch(self, failure: ValueMismatch) -> PassEnd:
+        """A recorded value no longer fits the code: the run is suspended with the error,
+        as a divergent one is; ``engine.resume`` after a fixed deploy replays it again."""
+        error = {**error_info(failure), "type": "NonDeterminismError"}
+        await self.store.halt_steps(self.run.run_id, True)
+        return await self._end("suspended", None, error)
+
     def _compensable(self) -> list[StepRecord]:
         done = [
             s
@@ -144,11 +156,16 @@ class RunPass(PassState):
         for step in reversed(todo):
             undo = self.compensations[step.key]
             try:
+                argument = from_json(step.result, declared_parameter(undo, 0))
+            except (ValueError, TypeError):  # the recorded result no longer fits `undo`
+                failed.append(step.key)
+                continue
+            try:
                 await inline.run_inline(
                     self,
                     compensation_key(step.key),
                     undo,
-                    (step.result,),
+                    (argument,),
                     0,
                     0.0,
                     None,
@@ -180,6 +197,7 @@ class RunPass(PassState):
         retry_delay: Duration,
         compensate: Callable[[Any], Any] | None,
         timeout: Duration | None,
+        kwargs: dict[str, Any] | None = None,
     ) -> Any:
         return await inline.inline_step(
             self,
@@ -190,7 +208,15 @@ class RunPass(PassState):
             retry_delay=retry_delay,
             compensate=compensate,
             timeout=timeout,
+            kwargs=kwargs,
         )
+
+    def registered(
+        self, kind: Literal["workflow", "step function"], name: str
+    ) -> Callable[..., Any] | None:
+        if kind == "workflow":
+            return self.runtime.workflow_fn(name)
+        return self.runtime.step_fn(name)
 
     async def dispatch_step(
         self,

@@ -1,0 +1,130 @@
+"""The typed calls, checked by mypy itself: ``ctx.step`` checks the positional arguments
+against the step callable and infers its result; so do ``dispatch`` and ``child`` given the
+registered function, and ``returns=`` on them, ``wait_for_event`` and ``engine.result``."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+HEADER = """
+from __future__ import annotations
+
+from typing import Any
+
+from engine_core import Engine, WorkflowContext
+from engine_core.memory import InMemoryStore
+
+engine = Engine(InMemoryStore())
+
+
+async def charge(card: str, amount: int) -> dict[str, int]:
+    return {"amount": amount}
+
+
+def label(order: int, *, prefix: str = "#") -> str:
+    return f"{prefix}{order}"
+
+
+def needs_kw(order: int, note: str) -> float:
+    return 1.0
+
+
+@engine.step_function("send")
+async def send(payload: str) -> bool:
+    return True
+
+
+@engine.workflow("child")
+async def child(ctx: WorkflowContext, data: int) -> list[str]:
+    return []
+"""
+
+CORRECT = """
+@engine.workflow("order")
+async def order(ctx: WorkflowContext, data: Any) -> None:
+    reveal_type(await ctx.step("charge", charge, "card", 12, retries=2))  # L1
+    reveal_type(await ctx.step("label", label, 7, prefix="n", timeout=5))  # L2
+    reveal_type(await ctx.step("kw", needs_kw, 1, note="x"))  # L3
+    reveal_type(await ctx.step("typed", label, 7, returns=int))  # L4
+    reveal_type(await ctx.dispatch("send", send, "hello"))  # L5
+    reveal_type(await ctx.dispatch("named", "send", "hello", returns=bool))  # L6
+    reveal_type(await ctx.child("ship", child, 3))  # L7
+    reveal_type(await ctx.child("ship2", "child", 3, returns=int))  # L8
+    reveal_type(await ctx.wait_for_event("ok", returns=str))  # L9
+    reveal_type(await engine.result("r", returns=float))  # L10
+    for i in range(2):
+        reveal_type(await ctx.step("bound", lambda i=i: i * 10, retries=1))  # L11
+        reveal_type(await ctx.step("closure", lambda: i * 10))  # L12
+"""
+
+EXPECTED = {
+    "L1": "dict[str, int]",
+    "L2": "str",
+    "L3": "float",
+    "L4": "int",
+    "L5": "bool",
+    "L6": "bool",
+    "L7": "list[str]",
+    "L8": "int",
+    "L9": "str | None",
+    "L10": "float",
+    "L11": "Any",  # a lambda with defaults is accepted, its result not inferred
+    "L12": "int",
+}
+
+WRONG = """
+@engine.workflow("order")
+async def order(ctx: WorkflowContext, data: Any) -> None:
+    await ctx.step("c", charge, 123)  # W1
+    await ctx.step("c2", charge, "card", "12", retries=1)  # W2
+    await ctx.step("c3", charge, "card")  # W3
+    await ctx.dispatch("send", send, 5)  # W4
+    await ctx.child("ship", child, "three")  # W5
+    await ctx.step("c4", charge, retries=1)  # W6
+"""
+
+
+def _mypy(tmp_path: Path, body: str) -> list[str]:
+    sample = tmp_path / "sample.py"
+    sample.write_text(HEADER + body)
+    done = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", str(sample)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    lines = sample.read_text().splitlines()
+    out = []
+    for line in done.stdout.splitlines():
+        match = re.match(r".*sample\.py:(\d+): (\w+): (.*)", line)
+        if match:
+            tag = re.search(r"# (\w+)$", lines[int(match[1]) - 1])
+            out.append(f"{tag[1] if tag else match[1]} {match[2]}: {match[3]}")
+    return out
+
+
+@pytest.mark.slow
+def test_mypy_checks_step_arguments_and_infers_results(tmp_path: Path) -> None:
+    found = _mypy(tmp_path, CORRECT)
+    revealed = {
+        line.split()[0]: re.search(r'Revealed type is "(.*)"', line)[1]  # type: ignore[index]
+        for line in found
+        if "Revealed type" in line
+    }
+    assert revealed == EXPECTED
+    assert [line for line in found if " error: " in line] == []
+
+
+@pytest.mark.slow
+def test_mypy_refuses_wrong_step_arguments(tmp_path: Path) -> None:
+    found = _mypy(tmp_path, WRONG)
+    flagged = {line.split()[0] for line in found if " error: " in line}
+    assert flagged == {"W1", "W2", "W3", "W4", "W5", "W6"}, found
