@@ -36,10 +36,20 @@ class Outages:
     def __init__(self) -> None:
         self._since: float | None = None
         self._failures = 0
+        self._back_at: float | None = None
 
     @property
     def down(self) -> bool:
         return self._since is not None
+
+    def quiet_for(self) -> float:
+        """Seconds since the last outage this process saw ended (0 during one, infinity
+        when it saw none)."""
+        if self._since is not None:
+            return 0.0
+        if self._back_at is None:
+            return float("inf")
+        return time.monotonic() - self._back_at
 
     def failed(self, exc: BaseException) -> None:
         self._failures += 1
@@ -56,6 +66,7 @@ class Outages:
             )
             self._since = None
             self._failures = 0
+            self._back_at = time.monotonic()
 
     async def call(self, fn: Callable[[], Awaitable[_T]], *, timeout: float | None = None) -> _T:
         """``await fn()``, again and again while the store is unavailable, waiting more

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from engine_core.journal import merged_steps
+from engine_core.outages import LAST_WAIT_S
 from engine_core.periodic import Periodic
 from engine_core.records import TERMINAL, RunRecord, StepPage, StepRecord, utcnow
 from engine_core.run.control import RunControl
@@ -239,6 +240,12 @@ class WorkflowRecovery:
         # ends, renewing its lease meanwhile; marks older than a lease are a pass that
         # died (a lost inline step, or a dispatch recorded on the run but never queued).
         config = self.runtime.config
+        if self.runtime.outages.quiet_for() < config.lease_ttl + LAST_WAIT_S:
+            # Just after an outage every lease has lapsed, and the passes it cut off
+            # are retaking their runs (with the outcomes they could not write): taking
+            # a run first would count their steps as lost attempts. A holder that died
+            # meanwhile is found at a later sweep.
+            return
         before = utcnow() - timedelta(seconds=min(config.lease_ttl, config.undispatched_after))
         idle = await self.store.find_idle_runs(before, RUN_BATCH, in_flight_only=True)
         kinds = {r.run_id: "redispatched" if _lost_arm(r) else "resumed" for r in idle}

@@ -43,6 +43,11 @@ class Driver:
         # here reads again only what changed since (``RunRecord.changed``), so a run of N
         # parks (dispatches, waits) reads O(N) step records in all, not O(N**2).
         self._remembered: OrderedDict[str, tuple[int, list[StepRecord]]] = OrderedDict()
+        # Per run: the token of a pass an outage ended, and the outcomes it had recorded
+        # but not written. The next pass this process begins holding that lease (the
+        # token after it) carries them: without them it would take those steps back as
+        # lost attempts, and an outage would cost attempts (or fail the run).
+        self._unwritten: dict[str, tuple[int, list[StepRecord]]] = {}
 
     def driving(self, run_id: str) -> bool:
         """Whether this process drives the run now."""
@@ -147,6 +152,7 @@ class Driver:
             # still ours (a pass that did not settle still holds the lease).
             latest = await self.store.get_run(run_id)
             if latest is None or latest.token != run.token or latest.status not in ACTIVE:
+                self._unwritten.pop(run_id, None)
                 return None
             return await self.store.begin_pass(run_id, holder=holder, ttl=ttl, held=run.token)
         if end == "parked":
@@ -176,6 +182,8 @@ class Driver:
             await self.store.release_pass(run_id, token=token)
             return "terminal"
         steps = await self._steps_of(run)
+        carried = self._unwritten.pop(run_id, None)
+        unwritten = carried[1] if carried is not None and carried[0] + 1 == token else []
         ttl = self.runtime.config.lease_ttl
 
         async def renew() -> bool:
@@ -183,8 +191,10 @@ class Driver:
 
         try:
             async with KeepAlive(renew, ttl, f"the lease of run {run_id!r}"):
-                run_pass = RunPass(self.store, self.runtime, self.control, run, steps)
+                run_pass = RunPass(self.store, self.runtime, self.control, run, steps, unwritten)
                 end = await run_pass.execute()
+            if end == "unavailable":
+                self._unwritten[run_id] = (token, run_pass.unwritten())
             if end == "parked":
                 self._remember(run_id, token, list(run_pass.steps.values()))
                 self.runtime.keep_timers(run_id, run_pass.armed)

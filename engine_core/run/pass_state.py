@@ -108,6 +108,7 @@ class PassState:
         control: RunControl,
         run: RunRecord,
         steps: Sequence[StepRecord],
+        unwritten: Sequence[StepRecord] = (),
     ) -> None:
         self.store = store
         self.runtime = runtime
@@ -149,10 +150,20 @@ class PassState:
         self._idle.set()
         #: The wake-ups this pass armed for the run (a parked pass's are all it needs).
         self.armed: set[datetime] = set()
+        # Outcomes an earlier pass of this process recorded and could not write before
+        # an outage ended it: this pass knows them, and its first write carries them.
+        for step in unwritten:
+            self.steps[step.key] = step
+            self._pending[step.key] = step
+            self._done.add(step.key)
 
     @property
     def run_id(self) -> str:
         return self.run.run_id
+
+    def unwritten(self) -> list[StepRecord]:
+        """The outcomes recorded in this pass that no write has carried yet."""
+        return list(self._pending.values())
 
     @property
     def workflow(self) -> str:
