@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, TypeVar
 
+import engine_core.lifecycle_log as lifecycle_log
 from engine_core.durations import Duration, parse_duration
 from engine_core.errors import (
     InvalidRunIdError,
@@ -197,6 +198,7 @@ class Engine:
                     f"{existing.workflow!r}, not {workflow!r}; choose another id"
                 )
             return run_id
+        lifecycle_log.run_started(run)
         await mirror_run(self.mirror, run)
         if host.serving and (run.not_before is not None or run.deadline_at is not None):
             host.run_timers.arm(run)

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: strictly below its own.
 LAYERS: list[set[str]] = [
     {"errors", "records", "tasks", "tracing"},
-    {"memory.cloning", "run.results"},
+    {"memory.cloning", "run.results", "lifecycle_log"},
     {"durations", "values", "store", "mirror", "journal", "fleet.timers", "outages"},
     {
         "run.keys",
@@ -169,6 +169,7 @@ def test_the_top_of_engine_core_holds_only_what_every_wing_shares_or_the_user_se
         "mirror",
         "journal",
         "outages",
+        "lifecycle_log",
         "periodic",
         "status",
         "runtime",

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from typing import Any
 
+import engine_core.lifecycle_log as lifecycle_log
 from engine_core.durations import retry_delay_seconds
 from engine_core.errors import StoreUnavailableError
 from engine_core.mirror import mirror_step
@@ -230,7 +231,10 @@ class Worker:
 
         try:
             async with KeepAlive(
-                renew, self.runtime.config.lease_ttl, f"the claim on step {job.key!r}"
+                renew,
+                self.runtime.config.lease_ttl,
+                f"the claim on step {job.key!r} of run {job.run_id}",
+                lifecycle_log.fields(job.run_id, None, job.key, job.traceparent),
             ):
                 with run_log_context(job.run_id, job.traceparent):
                     result = await run_attempt(
@@ -246,6 +250,16 @@ class Worker:
             error = error_info(exc)
             if attempt < job.max_attempts:
                 wait = retry_delay_seconds(job.retry_delay or 0, attempt, random.random())
+                lifecycle_log.attempt_will_retry(
+                    job.run_id,
+                    None,
+                    job.key,
+                    job.traceparent,
+                    attempt,
+                    job.max_attempts,
+                    error,
+                    wait,
+                )
                 due = utcnow() + timedelta(seconds=wait)
                 if await self._record(
                     job, "scheduled", error=error, due_at=due, started_at=started

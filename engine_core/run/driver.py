@@ -13,6 +13,7 @@ import functools
 from collections import OrderedDict
 from collections.abc import Callable
 
+import engine_core.lifecycle_log as lifecycle_log
 from engine_core.errors import StoreUnavailableError
 from engine_core.records import ACTIVE, RunRecord, StepRecord
 from engine_core.run.control import RunControl
@@ -182,7 +183,8 @@ class Driver:
             return await self.store.extend_pass(run_id, token=token, ttl=ttl)
 
         try:
-            async with KeepAlive(renew, ttl, f"the lease of run {run_id!r}"):
+            extra = lifecycle_log.run_fields(run)
+            async with KeepAlive(renew, ttl, f"the lease of run {run_id!r}", extra):
                 run_pass = RunPass(self.store, self.runtime, self.control, run, steps)
                 end = await run_pass.execute()
             if end == "parked":
