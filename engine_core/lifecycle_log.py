@@ -2,6 +2,7 @@
 
 INFO when a run starts, ends (with its status) or is taken over by recovery; WARNING
 when an attempt fails and will be retried, a lease or claim is lost, a pass diverges.
+The run counters of :mod:`engine_core.metrics` are kept by the same calls.
 Nothing at INFO per successful step. Every record carries ``run_id``, ``workflow``,
 ``step`` and ``trace_id`` as attributes (None when they do not apply), so a JSON
 formatter picks them up, and each message is one line.
@@ -12,6 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import engine_core.metrics as metrics
 from engine_core.records import RunRecord
 from engine_core.tracing import trace_id_of
 
@@ -58,6 +60,7 @@ def run_fields(run: RunRecord, step: str | None = None) -> dict[str, Any]:
 
 
 def run_started(run: RunRecord) -> None:
+    metrics.run_started(run.workflow)
     where = f" on queue {run.queue!r}" if run.queue is not None else ""
     parent = f" (child of run {run.parent_run_id})" if run.parent_run_id else ""
     log.info(
@@ -71,6 +74,7 @@ def run_started(run: RunRecord) -> None:
 
 
 def run_ended(run: RunRecord, status: str, error: dict[str, Any] | None) -> None:
+    metrics.run_ended(run.workflow, status, run.created_at)
     summary = error_summary(error) if status != "completed" else ""
     log.info(
         "run %s of workflow %r ended: %s%s",
@@ -124,6 +128,7 @@ def lost(what: str, extra: dict[str, Any] | None = None) -> None:
 def pass_diverged(run: RunRecord, step: str | None, detail: str) -> None:
     """A pass's body no longer matches the steps recorded for its run (for the
     divergence check to call)."""
+    metrics.diverged(run.workflow)
     log.warning(
         "run %s of workflow %r: the pass diverged from its recorded steps: %s",
         run.run_id,

@@ -11,6 +11,7 @@
     pikku-mongo init
     pikku-mongo doctor
     pikku-mongo ui [--host 127.0.0.1] [--port 8642] [--token T] [--read-only] [--refresh S]
+                   [--metrics]
 
 Every command but ``ui`` takes ``--json``. Errors are one line on stderr, with exit code 1
 (2 for bad usage). A server that does not answer fails a command within about
@@ -356,6 +357,9 @@ def _parser() -> argparse.ArgumentParser:
         "PIKKU_MONGO_UI_TOKEN keeps it out of the process list",
     )
     ui.add_argument("--read-only", action="store_true", help="offer no actions")
+    ui.add_argument(
+        "--metrics", action="store_true", help="serve /metrics (needs the metrics extra)"
+    )
     ui.add_argument("--refresh", type=float, default=5.0, help="seconds between live refreshes (5)")
     ui.add_argument(
         "--trace-url", help="link to each run's trace, e.g. https://jaeger/trace/{trace_id}"
@@ -395,6 +399,7 @@ def _ui(args: argparse.Namespace) -> int:
                 read_only=args.read_only,
                 trace_url=args.trace_url,
                 refresh_seconds=args.refresh,
+                metrics=args.metrics,
             )
         )
     except KeyboardInterrupt:

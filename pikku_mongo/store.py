@@ -78,6 +78,7 @@ from engine_core.durations import Duration, parse_duration
 from engine_core.records import EventRecord, Lease, utcnow
 from pikku_mongo.batcher import Batcher
 from pikku_mongo.checks import check_int, check_str
+from pikku_mongo.command_metrics import CommandCounter
 from pikku_mongo.documents import Doc, event_from_doc, event_to_doc, lease_expiry, lease_from_doc
 from pikku_mongo.encoding import EPOCH, pack, to_us
 from pikku_mongo.errors import MissingDatabaseError
@@ -179,7 +180,10 @@ class MongoStore(RunOps, StepOps, QueueOps, ScheduleOps):
             )
         _options(write_concern, read_concern, max_clock_skew)  # before making a client
         check_str(prefix, "collection prefix")
-        client: AsyncMongoClient[Any] = AsyncMongoClient(uri, **client_kwargs)
+        listeners = [*(client_kwargs.pop("event_listeners", None) or []), CommandCounter()]
+        client: AsyncMongoClient[Any] = AsyncMongoClient(
+            uri, event_listeners=listeners, **client_kwargs
+        )
         store = cls(
             client.get_database(name),
             prefix=prefix,

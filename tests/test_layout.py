@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: engine_core's modules, lowest layer first. A module may import only from layers
 #: strictly below its own.
 LAYERS: list[set[str]] = [
-    {"errors", "records", "tasks", "tracing"},
+    {"errors", "records", "tasks", "tracing", "metrics"},
     {"memory.cloning", "run.results", "lifecycle_log"},
     {"durations", "values", "store", "mirror", "journal", "fleet.timers", "outages"},
     {
@@ -170,6 +170,7 @@ def test_the_top_of_engine_core_holds_only_what_every_wing_shares_or_the_user_se
         "journal",
         "outages",
         "lifecycle_log",
+        "metrics",
         "periodic",
         "status",
         "runtime",

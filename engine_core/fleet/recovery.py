@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 import engine_core.lifecycle_log as lifecycle_log
+import engine_core.metrics as metrics
 from engine_core.journal import merged_steps
 from engine_core.periodic import Periodic
 from engine_core.records import TERMINAL, RunRecord, StepPage, StepRecord, utcnow
@@ -149,6 +150,15 @@ class WorkflowRecovery:
             await self._sweep_lapsed_claims(report)
             await self._sweep_in_flight(report)
             await self._sweep_stalled(report)
+            await metrics.measure_queues(self.store.queue_names, self.store.count_queue)
+        metrics.recovered(
+            {
+                "woken": report.woken,
+                "rearmed": report.rearmed,
+                "redispatched": report.redispatched,
+                "resumed": report.resumed,
+            }
+        )
         if report.total:
             log.info("workflow recovery: %s", report.summary())
         return report

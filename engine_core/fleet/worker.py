@@ -10,6 +10,7 @@ from datetime import timedelta
 from typing import Any
 
 import engine_core.lifecycle_log as lifecycle_log
+import engine_core.metrics as metrics
 from engine_core.durations import retry_delay_seconds
 from engine_core.errors import StoreUnavailableError
 from engine_core.mirror import mirror_step
@@ -219,6 +220,9 @@ class Worker:
             "workflow.function": job.function or "",
         }
         started = utcnow()
+        due = job.due_at or job.scheduled_at
+        if due is not None:
+            metrics.schedule_to_start("dispatched", (started - due).total_seconds())
 
         async def renew() -> bool:
             return await self.store.extend_claim(

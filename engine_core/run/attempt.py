@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import time
 import traceback
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
+import engine_core.metrics as metrics
 from engine_core.errors import StepFailedError
 from engine_core.run.context import StepInfo, enter_step, leave_step
 from engine_core.tracing import attempt_span, record_failure, tracing_configured
@@ -54,6 +56,8 @@ async def run_attempt(
     :func:`~engine_core.current_step` set, holding one of ``slots``, within ``timeout``
     seconds. Returns the result as it is checkpointed; raises what the attempt raised
     (a result that cannot be checkpointed raises ``NotSerializableError``)."""
+    if metrics.enabled():
+        return await _measured(info, call, slots, timeout, traceparent, attributes)
     if not tracing_configured():
         # No SDK: no span to build (this runs for every attempt).
         token = enter_step(info)
@@ -70,6 +74,58 @@ async def run_attempt(
             raise
         finally:
             leave_step(token)
+
+
+async def _measured(
+    info: StepInfo,
+    call: Callable[[], Any],
+    slots: asyncio.Semaphore,
+    timeout: float | None,
+    traceparent: str | None,
+    attributes: dict[str, Any],
+) -> Any:
+    """:func:`run_attempt` with its metrics: the wait for a step slot, the slot in use,
+    the attempt's duration and outcome (one data point each per attempt)."""
+    kind = "dispatched" if "workflow.function" in attributes else "inline"
+    metered = _MeteredSlots(slots, kind)
+    outcome = "failed"
+    try:
+        with attempt_span(traceparent, info.step, attributes) as span:
+            token = enter_step(info)
+            try:
+                result = await _call(call, cast(asyncio.Semaphore, metered), timeout, info.step)
+            except Exception as exc:
+                record_failure(span, exc)
+                raise
+            finally:
+                leave_step(token)
+        outcome = "succeeded"
+        return result
+    finally:
+        metrics.attempt_ended(kind, outcome, time.perf_counter() - metered.began)
+
+
+class _MeteredSlots:
+    """The step slots as one attempt takes one: the wait (an inline step's schedule to
+    start; a dispatched one's is its wait in the queue, measured by the worker) and the
+    slot in use."""
+
+    def __init__(self, slots: asyncio.Semaphore, kind: str) -> None:
+        self._slots = slots
+        self._kind = kind
+        self.began = time.perf_counter()
+
+    async def __aenter__(self) -> None:
+        asked = time.perf_counter()
+        await self._slots.acquire()
+        self.began = time.perf_counter()
+        if self._kind == "inline":
+            metrics.schedule_to_start(self._kind, self.began - asked)
+        metrics.slot_taken(1)
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._slots.release()
+        metrics.slot_taken(-1)
 
 
 async def _call(

@@ -14,6 +14,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 import engine_core.lifecycle_log as lifecycle_log
+import engine_core.metrics as metrics
 from engine_core.errors import StoreUnavailableError
 from engine_core.records import ACTIVE, RunRecord, StepRecord
 from engine_core.run.control import RunControl
@@ -110,6 +111,8 @@ class Driver:
                 if run is None:
                     return False
                 first = run
+                if run.passes == 1:
+                    metrics.first_pass(run.workflow, run.queue, run.not_before or run.created_at)
                 if not self.runtime.take_queue_slot(first):
                     # Its queue's runs fill this process's share: the fleet may take it.
                     await self.store.request_pass(run_id)
