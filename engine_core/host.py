@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from engine_core.fleet.recovery import WorkflowRecovery
+from engine_core.fleet.registry import FleetView, Registry, describe
 from engine_core.fleet.timers import Timers
 from engine_core.fleet.waiters import RunWaiters
 from engine_core.fleet.worker import Worker
@@ -26,6 +27,7 @@ from engine_core.mirror import RunMirror
 from engine_core.outages import Outages
 from engine_core.periodic import Periodic
 from engine_core.records import TERMINAL, RunRecord
+from engine_core.records import Worker as WorkerRecord
 from engine_core.run.control import RunControl
 from engine_core.run.driver import Driver
 from engine_core.runtime import EngineConfig, JobSlot, StepFn, WorkflowFn
@@ -70,6 +72,10 @@ class Host:
         # How the scheduler starts a run (the Engine's ``start``, wired by the Engine).
         self.start_run: StartRun | None = None
         self.scheduler: Scheduler | None = None
+        #: This process's record in the store's registry of workers, while it serves;
+        #: and the fleet's records as this process reads them (clients by name).
+        self.registry: Registry | None = None
+        self.fleet = FleetView(store)
 
     # ---- lifecycle ---------------------------------------------------------------
 
@@ -77,6 +83,8 @@ class Host:
         """Initialise the store and start this process's worker and recovery."""
         await self.store.init()
         self._serving = True
+        self.registry = Registry(self.store, self._outages, self._instance_id, self.describe)
+        await self.registry.start()
         self.worker = Worker(self.store, self, self.control)
         self.recovery = WorkflowRecovery(self.store, self, self.control)
         self.admission = Admission(self.store, self, self.queues)
@@ -127,6 +135,21 @@ class Host:
             await abandon(self._tasks, "passes")
         finally:
             self._closing = False
+            if self.registry is not None:
+                await self.registry.stop()
+                self.registry = None
+
+    def describe(self) -> WorkerRecord:
+        """This process as the registry of workers records it."""
+        used = self._config.concurrency - getattr(self._slots, "_value", self._config.concurrency)
+        return describe(
+            self._instance_id,
+            list(self.workflows),
+            list(self.step_functions),
+            {name: queue_limits(limits) for name, limits in self.queues.items()},
+            self._config.concurrency,
+            max(0, used),
+        )
 
     # ---- the Runtime -------------------------------------------------------------
 
@@ -276,3 +299,14 @@ class Host:
                 log.error("%s failed", what, exc_info=t.exception())
 
         task.add_done_callback(done)
+
+
+def queue_limits(limits: QueueLimits) -> dict[str, object]:
+    """A declared queue's limits as the registry records them."""
+    rate = limits.rate
+    return {
+        "concurrency": limits.concurrency,
+        "worker_concurrency": limits.worker_concurrency,
+        "key_concurrency": limits.key_concurrency,
+        "rate": None if rate is None else f"{rate.count}/{rate.per:g}s",
+    }

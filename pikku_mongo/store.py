@@ -92,6 +92,7 @@ from pikku_mongo.schedule_ops import ScheduleOps
 from pikku_mongo.server import ClockOffset, measure_clock_offset
 from pikku_mongo.step_ops import StepOps
 from pikku_mongo.watch import job_inserts
+from pikku_mongo.worker_ops import WorkerOps
 
 log = logging.getLogger("pikku_mongo.store")
 
@@ -109,7 +110,7 @@ _AFTER = ReturnDocument.AFTER
 _BY_ID = [("_id", 1)]
 
 
-class MongoStore(RunOps, StepOps, QueueOps, ScheduleOps):
+class MongoStore(RunOps, StepOps, QueueOps, ScheduleOps, WorkerOps):
     """The engine's store on a MongoDB database (see the module docstring)."""
 
     def __init__(
@@ -149,6 +150,7 @@ class MongoStore(RunOps, StepOps, QueueOps, ScheduleOps):
         self.meta = self._collection("meta")
         self.queues = self._collection("queues")
         self.schedules = self._collection("schedules")
+        self.workers = self._collection("workers")
         # Group commit, one queue per collection written on the hot path. A document a
         # guarded upsert created has none of the fields every real document has.
         self.run_writes = Batcher(self.runs, {"workflow": {"$exists": False}})
@@ -216,7 +218,8 @@ class MongoStore(RunOps, StepOps, QueueOps, ScheduleOps):
         against the server's (3 ``hello``; see :meth:`clock_offset`)."""
         await self._prepare()
         try:
-            await self.clock_offset(samples=3)
+            measured = await self.clock_offset(samples=3)
+            self.measured_offset = measured.offset if measured is not None else None
         except Exception as exc:  # a measurement, never a reason to fail start-up
             log.info("could not measure the clock offset from the server: %s", exc)
 

@@ -26,6 +26,7 @@ LAYERS: list[set[str]] = [
         "memory.flow",
         "memory.events",
         "memory.steps",
+        "memory.workers",
     },
     {"memory.store"},
     {
@@ -38,6 +39,7 @@ LAYERS: list[set[str]] = [
         "run.leases",
         "flow.queue_slots",
         "flow.starts",
+        "fleet.registry",
     },
     {"testing.builders"},
     {
@@ -49,6 +51,7 @@ LAYERS: list[set[str]] = [
         "testing.event_lease_cases",
         "testing.flow_cases",
         "testing.schedule_cases",
+        "testing.worker_cases",
     },
     {"testing.conformance"},
     {"testing"},
@@ -234,6 +237,7 @@ def test_the_public_surface_of_engine_core() -> None:
         "StoreUnavailableError",
         "TimelineEntry",
         "TraceIdFilter",
+        "Worker",
         "WorkflowContext",
         "WorkflowDeadlineExceededError",
         "WorkflowNotRegisteredError",
@@ -278,6 +282,7 @@ def test_the_engine_exposes_no_mechanism_as_public_api() -> None:
         "count_runs",
         "list_workflows",
         "list_children",
+        "list_workers",
         "queue",
         "list_queues",
     }
