@@ -5,6 +5,7 @@
     pikku-mongo runs cancel RUN_ID [--compensate]
     pikku-mongo runs suspend RUN_ID | resume RUN_ID | retry RUN_ID
     pikku-mongo queues list
+    pikku-mongo workers list
     pikku-mongo schedules list | pause NAME | resume NAME | delete NAME
     pikku-mongo recover
     pikku-mongo prune --older-than 30d
@@ -148,6 +149,29 @@ def _limit(value: int | str | None) -> str:
     return "-" if value is None else str(value)
 
 
+async def _workers(engine: Engine) -> tuple[Any, str]:
+    """``pikku-mongo workers list``: the serving engines, as each last recorded itself."""
+    workers = await engine.list_workers()
+    headers = ["instance", "host", "pid", "workflows", "step functions", "queues", "slots"]
+    headers += ["started", "last seen"]
+    rows = [
+        [
+            w.instance_id[:12],
+            w.host,
+            str(w.pid),
+            _short(", ".join(w.workflows) or "-"),
+            _short(", ".join(w.step_functions) or "-"),
+            _short(", ".join(w.queues) or "-"),
+            f"{w.slots_used}/{w.concurrency}",
+            _time(w.started_at),
+            _time(w.last_seen),
+        ]
+        for w in workers
+    ]
+    text = _table(headers, rows) if workers else "no live workers"
+    return [_jsonable(w) for w in workers], text
+
+
 async def _queues(engine: Engine) -> tuple[Any, str]:
     """``pikku-mongo queues list``: the queues found in the store, with their figures.
     This tool declares no queue, so no limits are known to it."""
@@ -231,6 +255,8 @@ async def _run(args: argparse.Namespace, uri: str) -> Any:
             return await _schedules(engine, args)
         if args.command == "queues":
             return await _queues(engine)
+        if args.command == "workers":
+            return await _workers(engine)
         action = args.action
         if action == "list":
             runs = await engine.list_runs(
@@ -338,6 +364,9 @@ def _parser() -> argparse.ArgumentParser:
     queue_actions.add_parser(
         "list", parents=[common], help="queued, active and admitted runs of each queue"
     )
+    workers = sub.add_parser("workers", help="the serving engines of the fleet")
+    worker_actions = workers.add_subparsers(dest="worker_action", required=True)
+    worker_actions.add_parser("list", parents=[common], help="the live workers and what they serve")
     schedules = sub.add_parser("schedules", help="list, pause, resume and delete schedules")
     schedule_actions = schedules.add_subparsers(dest="schedule_action", required=True)
     schedule_actions.add_parser("list", parents=[common], help="list the schedules")

@@ -35,13 +35,14 @@ from pikku_mongo.dashboard.rendering import HERE, is_htmx, links_for, log, redir
 from pikku_mongo.dashboard.run_pages import RunPages
 from pikku_mongo.dashboard.schedule_pages import SchedulePages
 from pikku_mongo.dashboard.security import AuthCallable, Denied, Security
+from pikku_mongo.dashboard.worker_pages import WorkerPages
 
 __all__ = ["NAV", "Dashboard", "Links", "NavItem", "dashboard_app"]
 
 Handler = Callable[[Request], Awaitable[Response]]
 
 
-class Dashboard(RunPages, QueuePages, SchedulePages, LoginPages):
+class Dashboard(RunPages, QueuePages, SchedulePages, WorkerPages, LoginPages):
     """The dashboard's pages over one Engine; :func:`dashboard_app` builds its app."""
 
     def routes(self) -> list[BaseRoute]:
@@ -63,6 +64,7 @@ class Dashboard(RunPages, QueuePages, SchedulePages, LoginPages):
                 methods=["POST"],
                 name="schedule_action",
             ),
+            Route("/workers", self._guard(self.workers), name="workers"),
             Route("/login", self._guard(self.login, public=True), methods=["GET", "POST"]),
             Route("/logout", self._guard(self.logout, public=True), methods=["POST"]),
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
