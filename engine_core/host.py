@@ -14,6 +14,7 @@ from collections.abc import Callable, Collection, Coroutine, Sequence
 from datetime import datetime
 from typing import Any
 
+import engine_core.metrics as metrics
 from engine_core.fleet.recovery import WorkflowRecovery
 from engine_core.fleet.registry import FleetView, Registry, describe
 from engine_core.fleet.timers import Timers
@@ -76,6 +77,7 @@ class Host:
         #: and the fleet's records as this process reads them (clients by name).
         self.registry: Registry | None = None
         self.fleet = FleetView(store)
+        self._uncount_slots: Callable[[], None] = lambda: None
 
     # ---- lifecycle ---------------------------------------------------------------
 
@@ -85,6 +87,7 @@ class Host:
         self._serving = True
         self.registry = Registry(self.store, self._outages, self._instance_id, self.describe)
         await self.registry.start()
+        self._uncount_slots = metrics.count_slots(self.slots_used)
         self.worker = Worker(self.store, self, self.control)
         self.recovery = WorkflowRecovery(self.store, self, self.control)
         self.admission = Admission(self.store, self, self.queues)
@@ -135,20 +138,25 @@ class Host:
             await abandon(self._tasks, "passes")
         finally:
             self._closing = False
+            self._uncount_slots()
             if self.registry is not None:
                 await self.registry.stop()
                 self.registry = None
 
+    def slots_used(self) -> int:
+        """How many of this process's step slots are taken now."""
+        free = getattr(self._slots, "_value", self._config.concurrency)
+        return max(0, self._config.concurrency - int(free))
+
     def describe(self) -> WorkerRecord:
         """This process as the registry of workers records it."""
-        used = self._config.concurrency - getattr(self._slots, "_value", self._config.concurrency)
         return describe(
             self._instance_id,
             list(self.workflows),
             list(self.step_functions),
             {name: queue_limits(limits) for name, limits in self.queues.items()},
             self._config.concurrency,
-            max(0, used),
+            self.slots_used(),
         )
 
     # ---- the Runtime -------------------------------------------------------------

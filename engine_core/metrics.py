@@ -58,12 +58,15 @@ class Instruments:
         self.schedule_to_start = histogram(
             "pikku.step.schedule_to_start",
             "s",
-            "From a step attempt being due to its start (a step slot; a worker's claim)",
+            "From a dispatched step attempt being due to a worker's claim",
             explicit_bucket_boundaries_advisory=STEP_BUCKETS,
         )
         self.step_attempts = counter("pikku.step.attempts", "{attempt}", "Step attempts")
-        self.slots_used = meter.create_up_down_counter(
-            "pikku.worker.slots.used", "{slot}", "Step slots in use in this process"
+        meter.create_observable_gauge(
+            "pikku.worker.slots.used",
+            [_observe_slots],
+            "{slot}",
+            "Step slots in use in this process (read at collection, no cost per step)",
         )
         self.store_commands = counter("pikku.store.commands", "{command}", "Store commands")
         self.recovered = counter("pikku.recovery.recovered", "{item}", "What recovery brought back")
@@ -82,6 +85,8 @@ _enabled: bool | None = None
 _ENV_PROVIDER = "OTEL_PYTHON_METER_PROVIDER"
 #: queue -> (runs waiting, when measured: time.monotonic())
 _depths: dict[str, tuple[int, float]] = {}
+#: The serving engines' counts of step slots in use.
+_slot_sources: list[Callable[[], int]] = []
 
 
 def use_meter_provider(provider: MeterProvider | None) -> None:
@@ -161,9 +166,16 @@ def schedule_to_start(kind: str, seconds: float) -> None:
         instruments().schedule_to_start.record(max(0.0, seconds), {"kind": kind})
 
 
-def slot_taken(delta: int) -> None:
-    if enabled():
-        instruments().slots_used.add(delta)
+def count_slots(used: Callable[[], int]) -> Callable[[], None]:
+    """Report ``used()`` (a serving engine's step slots in use) in the slots gauge until
+    the returned callable is called."""
+    _slot_sources.append(used)
+
+    def forget() -> None:
+        if used in _slot_sources:
+            _slot_sources.remove(used)
+
+    return forget
 
 
 def store_command(command: str) -> None:
@@ -196,6 +208,10 @@ async def measure_queues(
     now = time.monotonic()
     for name in await names():
         _depths[name] = ((await count(name)).get("queued", 0), now)
+
+
+def _observe_slots(options: CallbackOptions) -> Iterable[Observation]:
+    yield Observation(sum(used() for used in list(_slot_sources)))
 
 
 def _observe_depths(options: CallbackOptions) -> Iterable[Observation]:

@@ -84,10 +84,10 @@ async def _measured(
     traceparent: str | None,
     attributes: dict[str, Any],
 ) -> Any:
-    """:func:`run_attempt` with its metrics: the wait for a step slot, the slot in use,
-    the attempt's duration and outcome (one data point each per attempt)."""
+    """:func:`run_attempt` with its metrics: the attempt's duration (from when it has a
+    step slot) and outcome, one data point each per attempt."""
     kind = "dispatched" if "workflow.function" in attributes else "inline"
-    metered = _MeteredSlots(slots, kind)
+    metered = _MeteredSlots(slots)
     outcome = "failed"
     try:
         with attempt_span(traceparent, info.step, attributes) as span:
@@ -106,26 +106,18 @@ async def _measured(
 
 
 class _MeteredSlots:
-    """The step slots as one attempt takes one: the wait (an inline step's schedule to
-    start; a dispatched one's is its wait in the queue, measured by the worker) and the
-    slot in use."""
+    """The step slots as one attempt takes one, noting when it got it."""
 
-    def __init__(self, slots: asyncio.Semaphore, kind: str) -> None:
+    def __init__(self, slots: asyncio.Semaphore) -> None:
         self._slots = slots
-        self._kind = kind
         self.began = time.perf_counter()
 
     async def __aenter__(self) -> None:
-        asked = time.perf_counter()
         await self._slots.acquire()
         self.began = time.perf_counter()
-        if self._kind == "inline":
-            metrics.schedule_to_start(self._kind, self.began - asked)
-        metrics.slot_taken(1)
 
     async def __aexit__(self, *exc: object) -> None:
         self._slots.release()
-        metrics.slot_taken(-1)
 
 
 async def _call(
