@@ -141,3 +141,21 @@ async def test_without_an_sdk_nothing_is_recorded(engine: Engine) -> None:
 
     async with engine:
         assert await engine.result(await engine.start("plain"), timeout=10) == 1
+
+
+async def test_slots_in_use_are_read_when_collected(
+    engine: Engine, reader: InMemoryMetricReader
+) -> None:
+    seen: list[float] = []
+
+    def look() -> None:
+        seen.append(_total(_points(reader)["pikku.worker.slots.used"]))
+
+    @engine.workflow("looks")
+    async def looks(ctx: WorkflowContext, data: Any) -> None:
+        await ctx.step("look", look)
+
+    async with engine:
+        await engine.result(await engine.start("looks"), timeout=10)
+    assert seen == [1]
+    assert _total(_points(reader)["pikku.worker.slots.used"]) == 0
