@@ -29,12 +29,34 @@ RUN_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600, 4 * 3600,
 DEPTH_KEPT_S = 120.0
 
 
+class Tally:
+    """A counter kept here and reported to the SDK when it collects (an observable
+    counter): adding is one dict update, where an SDK counter costs tens of
+    microseconds per call."""
+
+    def __init__(self) -> None:
+        self.counts: dict[tuple[tuple[str, str], ...], int] = {}
+
+    def add(self, n: int, attributes: tuple[tuple[str, str], ...] = ()) -> None:
+        self.counts[attributes] = self.counts.get(attributes, 0) + n
+
+    def observe(self, options: CallbackOptions) -> Iterable[Observation]:
+        for attributes, n in list(self.counts.items()):
+            yield Observation(n, dict(attributes))
+
+
 class Instruments:
-    """The instruments of DESIGN 3f, from one meter."""
+    """The instruments of DESIGN 3f, from one meter; the counters are :class:`Tally`."""
 
     def __init__(self, provider: MeterProvider | None) -> None:
         meter = otel.get_meter("engine_core", meter_provider=provider)
-        counter, histogram = meter.create_counter, meter.create_histogram
+        histogram = meter.create_histogram
+
+        def counter(name: str, unit: str, description: str) -> Tally:
+            tally = Tally()
+            meter.create_observable_counter(name, [tally.observe], unit, description)
+            return tally
+
         self.run_started = counter("pikku.run.started", "{run}", "Runs recorded")
         self.run_ended = counter("pikku.run.ended", "{run}", "Runs that ended, by status")
         self.run_duration = histogram(
@@ -129,14 +151,14 @@ def _seconds_since(moment: datetime | None) -> float | None:
 
 def run_started(workflow: str) -> None:
     if enabled():
-        instruments().run_started.add(1, {"workflow": workflow})
+        instruments().run_started.add(1, (("workflow", workflow),))
 
 
 def run_ended(workflow: str, status: str, created_at: datetime | None) -> None:
     if not enabled():
         return
     tools = instruments()
-    tools.run_ended.add(1, {"workflow": workflow, "status": status})
+    tools.run_ended.add(1, (("status", status), ("workflow", workflow)))
     took = _seconds_since(created_at)
     if took is not None:
         tools.run_duration.record(took, {"workflow": workflow, "status": status})
@@ -156,9 +178,8 @@ def attempt_ended(kind: str, outcome: str, seconds: float) -> None:
     if not enabled():
         return
     tools = instruments()
-    attributes = {"kind": kind, "outcome": outcome}
-    tools.step_attempts.add(1, attributes)
-    tools.step_duration.record(seconds, attributes)
+    tools.step_attempts.add(1, (("kind", kind), ("outcome", outcome)))
+    tools.step_duration.record(seconds, {"kind": kind, "outcome": outcome})
 
 
 def schedule_to_start(kind: str, seconds: float) -> None:
@@ -180,7 +201,7 @@ def count_slots(used: Callable[[], int]) -> Callable[[], None]:
 
 def store_command(command: str) -> None:
     if enabled():
-        instruments().store_commands.add(1, {"command": command})
+        instruments().store_commands.add(1, (("command", command),))
 
 
 def recovered(counts: Mapping[str, int]) -> None:
@@ -189,12 +210,12 @@ def recovered(counts: Mapping[str, int]) -> None:
     counter = instruments().recovered
     for what, n in counts.items():
         if n:
-            counter.add(n, {"what": what})
+            counter.add(n, (("what", what),))
 
 
 def diverged(workflow: str) -> None:
     if enabled():
-        instruments().divergence.add(1, {"workflow": workflow})
+        instruments().divergence.add(1, (("workflow", workflow),))
 
 
 async def measure_queues(
