@@ -61,6 +61,8 @@ def run_fields(run: RunRecord, step: str | None = None) -> dict[str, Any]:
 
 def run_started(run: RunRecord) -> None:
     metrics.run_started(run.workflow)
+    if not log.isEnabledFor(logging.INFO):
+        return
     where = f" on queue {run.queue!r}" if run.queue is not None else ""
     parent = f" (child of run {run.parent_run_id})" if run.parent_run_id else ""
     log.info(
@@ -75,6 +77,8 @@ def run_started(run: RunRecord) -> None:
 
 def run_ended(run: RunRecord, status: str, error: dict[str, Any] | None) -> None:
     metrics.run_ended(run.workflow, status, run.created_at)
+    if not log.isEnabledFor(logging.INFO):
+        return
     summary = error_summary(error) if status != "completed" else ""
     log.info(
         "run %s of workflow %r ended: %s%s",

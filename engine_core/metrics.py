@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 
 from opentelemetry import metrics as otel
 from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
+from opentelemetry.metrics import _internal as _otel_internal
 
 #: Step attempts and waits: from 1 ms to 1 h.
 STEP_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 3600)
@@ -104,7 +105,7 @@ class Instruments:
 _provider: MeterProvider | None = None
 _instruments: Instruments | None = None
 _enabled: bool | None = None
-_ENV_PROVIDER = "OTEL_PYTHON_METER_PROVIDER"
+_ENV_SET = "OTEL_PYTHON_METER_PROVIDER" in os.environ
 #: queue -> (runs waiting, when measured: time.monotonic())
 _depths: dict[str, tuple[int, float]] = {}
 #: The serving engines' counts of step slots in use.
@@ -119,16 +120,15 @@ def use_meter_provider(provider: MeterProvider | None) -> None:
 
 
 def enabled() -> bool:
-    """Whether an SDK would record anything (a provider was given or set globally)."""
+    """Whether an SDK would record anything (a provider was given or set globally).
+    Runs several times per step: a few attribute reads (the environment is read once,
+    at import, as OpenTelemetry reads it before a process starts)."""
     global _enabled
     if _enabled:
         return True
-    if _provider is not None:
-        _enabled = True
-        return True
-    internal = getattr(otel, "_internal", None)
-    if getattr(internal, "_METER_PROVIDER", None) is None and _ENV_PROVIDER not in os.environ:
-        return False
+    if _provider is None and getattr(_otel_internal, "_METER_PROVIDER", None) is None:
+        if not _ENV_SET:
+            return False
     _enabled = True
     return True
 
