@@ -3,10 +3,13 @@ the runs that no live worker can drive (see :mod:`pikku_mongo.stranded`)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from engine_core import Engine, Worker
 from pikku_mongo.doctor import Check
+from pikku_mongo.encoding import unpack
 from pikku_mongo.store import MongoStore
-from pikku_mongo.stranded import stranded_runs
+from pikku_mongo.stranded import Stranded, stranded_runs
 
 
 async def workers_check(store: MongoStore, workers: list[Worker]) -> Check:
@@ -42,19 +45,40 @@ async def workers_check(store: MongoStore, workers: list[Worker]) -> Check:
     return Check("workers", status, text, data)  # type: ignore[arg-type]
 
 
+async def stranded_jobs(store: MongoStore, workers: list[Worker]) -> list[Stranded]:
+    """Dispatched steps waiting on the queue for a step function no live worker
+    registers (1 aggregate over the steps' (status, due_at) index)."""
+    served = {f for worker in workers for f in worker.step_functions}
+    pipeline: list[dict[str, Any]] = [
+        # Halted jobs (of runs cancelled or suspended) wait for no worker.
+        {"$match": {"status": "scheduled", "kind": "dispatch", "halted": {"$nin": [True, 1]}}},
+        {"$group": {"_id": "$function", "n": {"$sum": 1}}},
+    ]
+    counts: dict[str, int] = {}
+    for doc in await (await store.steps.aggregate(pipeline)).to_list():
+        function = unpack(str(doc["_id"] or ""))
+        if function not in served:
+            counts[function] = counts.get(function, 0) + int(doc["n"])
+    return [
+        Stranded(f"(steps of {name!r})", n, f"step function {name!r}")
+        for name, n in sorted(counts.items())
+    ]
+
+
 async def stranded_check(store: MongoStore, workers: list[Worker]) -> Check:
-    """Runs waiting for a worker whose workflow no live worker registers."""
-    found = await stranded_runs(Engine(store), workers)
+    """Runs waiting for a worker whose workflow no live worker registers, and queued
+    dispatched steps whose step function none registers."""
+    found = await stranded_runs(Engine(store), workers) + await stranded_jobs(store, workers)
     data = {
         "stranded": [{"workflow": s.workflow, "runs": s.runs, "missing": s.missing} for s in found]
     }
     if not found:
         return Check("stranded runs", "ok", "every waiting run has a live worker to drive it", data)
-    listed = ", ".join(f"{s.runs} of {s.workflow!r}" for s in found)
+    listed = ", ".join(f"{s.runs} waiting for {s.missing}" for s in found)
     return Check(
         "stranded runs",
         "warn",
-        f"no live worker can drive these runs: {listed} (workflow registered nowhere)",
+        f"no live worker can drive these runs: {listed} (registered on no live worker)",
         data,
     )
 

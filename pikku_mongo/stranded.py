@@ -3,8 +3,9 @@ engine (the "stranded runs" of ``doctor`` and the dashboard's Workers page).
 
 Read through the Engine API only (so it works on any store): the live workers (1 read),
 the workflows that have runs (1 read) and, for each workflow no live worker serves, its
-runs counted by status (1 read each). Workflow versions do not exist yet, and pending
-dispatched steps of a step function no worker registers are not looked for here.
+runs counted by status (1 read each). Workflow versions do not exist yet; queued
+dispatched steps of a step function no live worker registers are ``doctor``'s to find
+(:func:`pikku_mongo.doctor_fleet.stranded_jobs`), not the dashboard's.
 """
 
 from __future__ import annotations

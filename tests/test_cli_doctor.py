@@ -3,6 +3,7 @@ one line on stderr, exit code 1, well within 10 s."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -181,11 +182,20 @@ async def test_doctor_reports_workers_clocks_and_stranded_runs(doctor_uri: str) 
     async def orphaned(ctx: WorkflowContext, data: Any) -> None:
         return None
 
+    @worker.workflow("dispatcher")
+    async def dispatcher(ctx: WorkflowContext, data: Any) -> Any:
+        return await ctx.dispatch("d", "nowhere-fn", {})
+
     await gone.start("orphaned", run_id="o-1")
     await gone.start("orphaned", run_id="o-2")
     try:
         async with worker:
             await worker.start("served", run_id="s-1")
+            await worker.start("dispatcher", run_id="d-1")
+            for _ in range(100):  # until its step waits on the queue
+                if (await worker.status("d-1")).steps:
+                    break
+                await asyncio.sleep(0.05)
             report = json.loads(cli(doctor_uri, "doctor", "--json")[0].stdout)
     finally:
         await store.close()
@@ -197,6 +207,7 @@ async def test_doctor_reports_workers_clocks_and_stranded_runs(doctor_uri: str) 
     stranded = checks["stranded runs"]
     assert stranded["status"] == "warn"
     assert stranded["stranded"] == [
-        {"workflow": "orphaned", "runs": 2, "missing": "workflow 'orphaned'"}
+        {"workflow": "orphaned", "runs": 2, "missing": "workflow 'orphaned'"},
+        {"workflow": "(steps of 'nowhere-fn')", "runs": 1, "missing": "step function 'nowhere-fn'"},
     ]
     assert "no live worker can drive these runs" in stranded["detail"]
