@@ -3,6 +3,7 @@ outage start and end, with the run's attributes on the record; none per step."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -150,3 +151,29 @@ async def test_an_outage_is_one_short_line_when_it_starts_and_one_when_it_ends(
     assert all(len(r.getMessage()) < 400 and "\n" not in r.getMessage() for r in lines)
     assert "connection refused" in lines[0].getMessage()
     assert "20 calls failed" in lines[1].getMessage()
+
+
+async def test_a_lease_renewal_met_by_an_outage_is_no_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from engine_core.run.leases import KeepAlive
+
+    calls = 0
+
+    async def renew() -> bool:
+        nonlocal calls
+        calls += 1
+        if calls < 4:
+            raise StoreUnavailableError("connection refused")
+        return False
+
+    caplog.set_level(logging.INFO)
+    extra = {"run_id": "r-1", "workflow": "w", "step": None, "trace_id": None}
+    async with KeepAlive(renew, 0.03, "the lease of run 'r-1'", extra) as alive:
+        while not alive.lost:
+            await asyncio.sleep(0.01)
+    warned = [r for r in _engine_lines(caplog) if r.levelno >= logging.WARNING]
+    assert [r.getMessage() for r in warned] == [
+        "lost the lease of run 'r-1'; its holder's writes will be fenced out"
+    ]
+    assert warned[0].run_id == "r-1"  # type: ignore[attr-defined]

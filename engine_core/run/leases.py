@@ -15,6 +15,7 @@ from types import TracebackType
 from typing import Any
 
 import engine_core.lifecycle_log as lifecycle_log
+from engine_core.errors import StoreUnavailableError
 from engine_core.records import Lease
 from engine_core.store import Store
 from engine_core.tasks import cancel_and_wait
@@ -51,7 +52,8 @@ class KeepAlive:
                 renewed = await self._renew()
             except Exception as exc:
                 # The store may be back before the hold lapses: keep trying.
-                log.warning(
+                log.log(
+                    logging.DEBUG if isinstance(exc, StoreUnavailableError) else logging.WARNING,
                     "could not renew %s: %s",
                     self._what,
                     lifecycle_log.one_line(exc),
