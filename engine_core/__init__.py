@@ -23,6 +23,7 @@ from engine_core.errors import (
 )
 from engine_core.fleet.recovery import RecoveryReport, WorkflowRecovery
 from engine_core.mirror import RunMirror
+from engine_core.records import Worker
 from engine_core.run.context import StepInfo, WorkflowContext, current_step
 from engine_core.schedules.times import Schedule
 from engine_core.status import QueueStatus, RunStatus, StepStatus, TimelineEntry
@@ -55,6 +56,7 @@ __all__ = [
     "StoreUnavailableError",
     "TimelineEntry",
     "TraceIdFilter",
+    "Worker",
     "WorkflowContext",
     "WorkflowDeadlineExceededError",
     "WorkflowNotRegisteredError",

@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, TypeVar, overload
 
+import engine_core.lifecycle_log as lifecycle_log
 from engine_core.convert import declared_parameter, declared_return, from_json
 from engine_core.durations import Duration, parse_duration
 from engine_core.errors import (
@@ -23,11 +24,12 @@ from engine_core.errors import (
 from engine_core.fleet.recovery import RecoveryReport, WorkflowRecovery
 from engine_core.flow.queue_figures import queue_figures
 from engine_core.flow.queues import add_queue, declare
-from engine_core.flow.starts import check_registered, hold_first_pass, new_run
+from engine_core.flow.starts import hold_first_pass, new_run
 from engine_core.host import Host
 from engine_core.mirror import RunMirror, mirror_run
 from engine_core.records import (
     TERMINAL,
+    Worker,
     utcnow,
 )
 from engine_core.run.context import mark_registered
@@ -163,6 +165,9 @@ class Engine:
     ) -> str:
         """Record a run of ``workflow`` and return its id; the run proceeds in the background.
 
+        ``workflow`` is registered on this engine or on a live worker of the fleet (read
+        from the registry of workers); else :class:`WorkflowNotRegisteredError`.
+
         With a ``run_id`` that exists, returns it and starts nothing. With ``queue`` the
         run waits ``queued`` until its queue admits it (``key`` and ``priority`` as
         :meth:`queue` describes); with ``delay`` it begins no earlier than that from
@@ -172,8 +177,18 @@ class Engine:
         it waits, up to the engine's ``store_timeout``, then raises
         :class:`StoreUnavailableError`.
         """
-        check_registered(self._host.workflows, workflow)
-        _check_input(self._host.workflows[workflow], workflow, input)
+        host = self._host
+        local = workflow in host.workflows
+        if local:
+            _check_input(host.workflows[workflow], workflow, input)
+        else:
+            # A client by name: some live worker must serve it.
+            check_name(workflow, "workflow name")
+            names = list(host.workflows)
+            await host.outages.call(
+                lambda: host.fleet.check_served(workflow, names),
+                timeout=self.config.store_timeout,
+            )
         run = new_run(
             workflow,
             input,
@@ -187,8 +202,7 @@ class Engine:
             delay=delay,
             deadline=deadline,
         )
-        host = self._host
-        adopt = run.status == "running" and host.room_to_adopt() > 0
+        adopt = local and run.status == "running" and host.room_to_adopt() > 0
         if adopt:
             hold_first_pass(run, self.instance_id, self.config.lease_ttl)
         # A store outage is waited out, up to ``store_timeout``; then a clear error.
@@ -203,6 +217,7 @@ class Engine:
                     f"{existing.workflow!r}, not {workflow!r}; choose another id"
                 )
             return run_id
+        lifecycle_log.run_started(run)
         await mirror_run(self.mirror, run)
         if host.serving and (run.not_before is not None or run.deadline_at is not None):
             host.run_timers.arm(run)
@@ -211,7 +226,7 @@ class Engine:
                 host.joined_line(queue)
         elif adopt:
             host.adopt(run)
-        else:
+        elif local:
             host.kick(run_id)
         return run_id
 
@@ -403,6 +418,13 @@ class Engine:
         """The names of the workflows that have runs in the store, sorted (registered
         on this engine or not)."""
         return await self.store.list_workflows()
+
+    async def list_workers(self) -> list[Worker]:
+        """The serving engines of the fleet, as each last recorded itself (a few
+        seconds ago at most; one that stopped or died is not listed), oldest first."""
+        return await self._host.outages.call(
+            self.store.list_workers, timeout=self.config.store_timeout
+        )
 
     async def list_children(self, run_id: str) -> list[RunStatus]:
         """The child runs of the run, ordered by id (without their steps)."""

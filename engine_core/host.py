@@ -14,7 +14,9 @@ from collections.abc import Callable, Collection, Coroutine, Sequence
 from datetime import datetime
 from typing import Any
 
+import engine_core.metrics as metrics
 from engine_core.fleet.recovery import WorkflowRecovery
+from engine_core.fleet.registry import FleetView, Registry, describe
 from engine_core.fleet.timers import Timers
 from engine_core.fleet.waiters import RunWaiters
 from engine_core.fleet.worker import Worker
@@ -26,6 +28,7 @@ from engine_core.mirror import RunMirror
 from engine_core.outages import Outages
 from engine_core.periodic import Periodic
 from engine_core.records import TERMINAL, RunRecord
+from engine_core.records import Worker as WorkerRecord
 from engine_core.run.control import RunControl
 from engine_core.run.driver import Driver
 from engine_core.runtime import EngineConfig, JobSlot, StepFn, WorkflowFn
@@ -70,6 +73,11 @@ class Host:
         # How the scheduler starts a run (the Engine's ``start``, wired by the Engine).
         self.start_run: StartRun | None = None
         self.scheduler: Scheduler | None = None
+        #: This process's record in the store's registry of workers, while it serves;
+        #: and the fleet's records as this process reads them (clients by name).
+        self.registry: Registry | None = None
+        self.fleet = FleetView(store)
+        self._uncount_slots: Callable[[], None] = lambda: None
 
     # ---- lifecycle ---------------------------------------------------------------
 
@@ -77,6 +85,9 @@ class Host:
         """Initialise the store and start this process's worker and recovery."""
         await self.store.init()
         self._serving = True
+        self.registry = Registry(self.store, self._outages, self._instance_id, self.describe)
+        await self.registry.start()
+        self._uncount_slots = metrics.count_slots(self.slots_used)
         self.worker = Worker(self.store, self, self.control)
         self.recovery = WorkflowRecovery(self.store, self, self.control)
         self.admission = Admission(self.store, self, self.queues)
@@ -127,6 +138,26 @@ class Host:
             await abandon(self._tasks, "passes")
         finally:
             self._closing = False
+            self._uncount_slots()
+            if self.registry is not None:
+                await self.registry.stop()
+                self.registry = None
+
+    def slots_used(self) -> int:
+        """How many of this process's step slots are taken now."""
+        free = getattr(self._slots, "_value", self._config.concurrency)
+        return max(0, self._config.concurrency - int(free))
+
+    def describe(self) -> WorkerRecord:
+        """This process as the registry of workers records it."""
+        return describe(
+            self._instance_id,
+            list(self.workflows),
+            list(self.step_functions),
+            {name: queue_limits(limits) for name, limits in self.queues.items()},
+            self._config.concurrency,
+            self.slots_used(),
+        )
 
     # ---- the Runtime -------------------------------------------------------------
 
@@ -285,3 +316,14 @@ class Host:
                 log.error("%s failed", what, exc_info=t.exception())
 
         task.add_done_callback(done)
+
+
+def queue_limits(limits: QueueLimits) -> dict[str, object]:
+    """A declared queue's limits as the registry records them."""
+    rate = limits.rate
+    return {
+        "concurrency": limits.concurrency,
+        "worker_concurrency": limits.worker_concurrency,
+        "key_concurrency": limits.key_concurrency,
+        "rate": None if rate is None else f"{rate.count}/{rate.per:g}s",
+    }

@@ -1,8 +1,9 @@
 """Riding out a store outage: wait with a bounded backoff, log once per outage.
 
 A store that is away is not a workflow's failure: passes, workers and recovery wait
-for it and carry on where they stopped. One line is logged when an outage starts and
-one when it ends, however many calls failed in between.
+for it and carry on where they stopped. One line is logged when an outage starts
+(WARNING) and one when it ends (INFO), however many calls failed in between, each
+with the error's one-line summary.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from engine_core.errors import StoreUnavailableError
+from engine_core.lifecycle_log import fields, one_line
 
 log = logging.getLogger("engine_core.outage")
 
@@ -37,6 +39,7 @@ class Outages:
         self._since: float | None = None
         self._failures = 0
         self._back_at: float | None = None
+        self._first_error = ""
 
     @property
     def down(self) -> bool:
@@ -55,14 +58,21 @@ class Outages:
         self._failures += 1
         if self._since is None:
             self._since = time.monotonic()
-            log.warning("the store is unavailable (%s); waiting for it", exc)
+            self._first_error = one_line(exc)
+            log.warning(
+                "the store is unavailable (%s); waiting for it",
+                self._first_error,
+                extra=fields(None),
+            )
 
     def back(self) -> None:
         if self._since is not None:
-            log.warning(
-                "the store is back after %.1f s (%d calls failed meanwhile)",
+            log.info(
+                "the store is back after %.1f s (%d calls failed meanwhile; first: %s)",
                 time.monotonic() - self._since,
                 self._failures,
+                self._first_error,
+                extra=fields(None),
             )
             self._since = None
             self._failures = 0

@@ -235,3 +235,28 @@ class ScheduleRecord:
     next_fire_at: datetime
     created_at: datetime
     updated_at: datetime
+
+
+@dataclass
+class Worker:
+    """A serving engine as it records itself in the store (see
+    :mod:`engine_core.fleet.registry`), refreshed every few seconds while it serves.
+
+    ``versions``: the workflow versions it serves (none until workflows have versions);
+    ``queues``: the queues it declared, name to limits; ``slots_used`` of
+    ``concurrency``: its step slots in use at the last refresh; ``clock_offset``: its
+    clock against the store's in seconds, when the store measured it."""
+
+    instance_id: str
+    host: str
+    pid: int
+    versions: list[str]
+    workflows: list[str]
+    step_functions: list[str]
+    queues: dict[str, dict[str, Any]]
+    started_at: datetime
+    last_seen: datetime
+    expires_at: datetime
+    concurrency: int = 0
+    slots_used: int = 0
+    clock_offset: float | None = None

@@ -25,6 +25,7 @@ from engine_core.records import (
     StepGuard,
     StepPage,
     StepRecord,
+    Worker,
 )
 
 
@@ -443,3 +444,16 @@ class Store(Protocol):
         of any number of concurrent calls with the same ``expect`` exactly one returns
         True. False when the schedule is gone or its ``next_fire_at`` is another (a
         repeat after a lost reply may also say False for a move that landed)."""
+
+    # ---- the registry of serving engines (1 command each) ----------------------------
+
+    async def put_worker(self, worker: Worker) -> None:
+        """Record or refresh a serving engine, by ``instance_id`` (one write). The store
+        may fill in ``clock_offset`` with its own measure of this host's clock."""
+
+    async def delete_worker(self, instance_id: str) -> None:
+        """Remove a stopping engine's record (nothing when there is none)."""
+
+    async def list_workers(self) -> list[Worker]:
+        """The engines whose record has not expired (``expires_at`` after now), sorted
+        by ``started_at`` then ``instance_id`` (one read)."""

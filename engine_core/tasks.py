@@ -55,10 +55,16 @@ async def abandon(tasks: Collection[asyncio.Future[Any]], what: str) -> None:
     its cancellation) are left behind, with a warning, so shutdown still ends. What they
     were doing is recovered by the fleet like the work of a process that died."""
     pending = [t for t in tasks if not t.done()]
-    for task in pending:
-        task.cancel()
     if not pending:
         return
+    log.warning(
+        "shutdown: the grace ended with %d %s in flight; cancelling them "
+        "(the fleet recovers their runs)",
+        len(pending),
+        what,
+    )
+    for task in pending:
+        task.cancel()
     _, left = await asyncio.wait(pending, timeout=UNWIND_S)
     if left:
         log.warning(

@@ -118,13 +118,23 @@ def run_log_context(run_id: str, traceparent: str | None) -> Iterator[None]:
 
 class TraceIdFilter(logging.Filter):
     """Adds ``run_id`` and ``trace_id`` to every record logged while a run's pass or step
-    runs (``"-"`` elsewhere), for formats such as ``"%(trace_id)s %(message)s"``.
+    runs (``"-"`` elsewhere), for formats such as ``"%(trace_id)s %(message)s"``; the
+    engine's lifecycle lines bring their own (and ``workflow`` and ``step``), kept.
 
     Attach it to a handler: ``handler.addFilter(TraceIdFilter())``.
     """
 
     def filter(self, record: logging.LogRecord) -> bool:
         current = _run_context.get()
-        record.run_id = current[0] if current else "-"
-        record.trace_id = (current[1] or "-") if current else "-"
+        # A lifecycle line names its run itself (``extra=``): kept, "-" for None.
+        given = getattr(record, "run_id", None)
+        record.run_id = given or (current[0] if current else "-")
+        if given is not None and given != (current[0] if current else None):
+            record.trace_id = getattr(record, "trace_id", None) or "-"
+        else:
+            record.trace_id = getattr(record, "trace_id", None) or (
+                (current[1] or "-") if current else "-"
+            )
+        record.workflow = getattr(record, "workflow", None) or "-"
+        record.step = getattr(record, "step", None) or "-"
         return True

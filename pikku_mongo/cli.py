@@ -5,12 +5,14 @@
     pikku-mongo runs cancel RUN_ID [--compensate]
     pikku-mongo runs suspend RUN_ID | resume RUN_ID | retry RUN_ID
     pikku-mongo queues list
+    pikku-mongo workers list
     pikku-mongo schedules list | pause NAME | resume NAME | delete NAME
     pikku-mongo recover
     pikku-mongo prune --older-than 30d
     pikku-mongo init
     pikku-mongo doctor
     pikku-mongo ui [--host 127.0.0.1] [--port 8642] [--token T] [--read-only] [--refresh S]
+                   [--metrics]
 
 Every command but ``ui`` takes ``--json``. Errors are one line on stderr, with exit code 1
 (2 for bad usage). A server that does not answer fails a command within about
@@ -147,6 +149,29 @@ def _limit(value: int | str | None) -> str:
     return "-" if value is None else str(value)
 
 
+async def _workers(engine: Engine) -> tuple[Any, str]:
+    """``pikku-mongo workers list``: the serving engines, as each last recorded itself."""
+    workers = await engine.list_workers()
+    headers = ["instance", "host", "pid", "workflows", "step functions", "queues", "slots"]
+    headers += ["started", "last seen"]
+    rows = [
+        [
+            w.instance_id[:12],
+            w.host,
+            str(w.pid),
+            _short(", ".join(w.workflows) or "-"),
+            _short(", ".join(w.step_functions) or "-"),
+            _short(", ".join(w.queues) or "-"),
+            f"{w.slots_used}/{w.concurrency}",
+            _time(w.started_at),
+            _time(w.last_seen),
+        ]
+        for w in workers
+    ]
+    text = _table(headers, rows) if workers else "no live workers"
+    return [_jsonable(w) for w in workers], text
+
+
 async def _queues(engine: Engine) -> tuple[Any, str]:
     """``pikku-mongo queues list``: the queues found in the store, with their figures.
     This tool declares no queue, so no limits are known to it."""
@@ -230,6 +255,8 @@ async def _run(args: argparse.Namespace, uri: str) -> Any:
             return await _schedules(engine, args)
         if args.command == "queues":
             return await _queues(engine)
+        if args.command == "workers":
+            return await _workers(engine)
         action = args.action
         if action == "list":
             runs = await engine.list_runs(
@@ -337,6 +364,9 @@ def _parser() -> argparse.ArgumentParser:
     queue_actions.add_parser(
         "list", parents=[common], help="queued, active and admitted runs of each queue"
     )
+    workers = sub.add_parser("workers", help="the serving engines of the fleet")
+    worker_actions = workers.add_subparsers(dest="worker_action", required=True)
+    worker_actions.add_parser("list", parents=[common], help="the live workers and what they serve")
     schedules = sub.add_parser("schedules", help="list, pause, resume and delete schedules")
     schedule_actions = schedules.add_subparsers(dest="schedule_action", required=True)
     schedule_actions.add_parser("list", parents=[common], help="list the schedules")
@@ -356,6 +386,9 @@ def _parser() -> argparse.ArgumentParser:
         "PIKKU_MONGO_UI_TOKEN keeps it out of the process list",
     )
     ui.add_argument("--read-only", action="store_true", help="offer no actions")
+    ui.add_argument(
+        "--metrics", action="store_true", help="serve /metrics (needs the metrics extra)"
+    )
     ui.add_argument("--refresh", type=float, default=5.0, help="seconds between live refreshes (5)")
     ui.add_argument(
         "--trace-url", help="link to each run's trace, e.g. https://jaeger/trace/{trace_id}"
@@ -395,6 +428,7 @@ def _ui(args: argparse.Namespace) -> int:
                 read_only=args.read_only,
                 trace_url=args.trace_url,
                 refresh_seconds=args.refresh,
+                metrics=args.metrics,
             )
         )
     except KeyboardInterrupt:

@@ -111,6 +111,12 @@ async def diagnose(store: MongoStore, *, change_stream_timeout: float = 3.0) -> 
         await run("indexes", lambda: _indexes(store))
         await run("TTL index", lambda: _ttl_index(store))
         await run("clock", lambda: _clock(store))
+        try:
+            from pikku_mongo.doctor_fleet import fleet_checks  # it imports Check from here
+
+            checks.extend(await fleet_checks(store))
+        except Exception as exc:
+            checks.append(Check("workers", "fail", f"could not check: {short_reason(exc)}"))
     finally:
         with contextlib.suppress(PyMongoError):
             await scratch.drop()

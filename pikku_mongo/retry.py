@@ -1,6 +1,6 @@
 """Retrying transient MongoDB errors (a failover, a dropped connection).
 
-Bounded exponential backoff with jitter; every retry is logged. Only operations whose
+Bounded exponential backoff with jitter; every retry is logged at DEBUG. Only operations whose
 repetition is safe are wrapped (see ``MongoStore``): reads, and writes that are guarded
 or idempotent. The driver's own retryable writes already repeat a single write once,
 exactly once, on a replica set; this layer covers failovers that outlast that. Anything
@@ -111,11 +111,15 @@ FIRST_WAIT_S = 0.1
 def unavailable(exc: BaseException) -> StoreUnavailableError:
     """The engine's error for a transient failure this layer gave up retrying: the
     engine waits the outage out (see ``engine_core.outages``)."""
-    return StoreUnavailableError(f"the MongoDB server is unavailable: {type(exc).__name__}: {exc}")
+    return StoreUnavailableError(
+        f"the MongoDB server is unavailable: {type(exc).__name__}: {short_reason(exc)}"
+    )
 
 
 def _warn(fn: object, exc: BaseException | None, attempt: int, wait: float) -> None:
-    log.warning(
+    # DEBUG: a retry that works is no news, and one that does not becomes an outage,
+    # which the engine logs once when it starts and once when it ends.
+    log.debug(
         "%s: transient %s (attempt %d of %d): %s; retrying in %.2fs",
         getattr(fn, "__qualname__", "MongoDB operation"),
         type(exc).__name__,

@@ -78,6 +78,7 @@ from engine_core.durations import Duration, parse_duration
 from engine_core.records import EventRecord, Lease, utcnow
 from pikku_mongo.batcher import Batcher
 from pikku_mongo.checks import check_int, check_str
+from pikku_mongo.command_metrics import CommandCounter
 from pikku_mongo.documents import Doc, event_from_doc, event_to_doc, lease_expiry, lease_from_doc
 from pikku_mongo.encoding import EPOCH, pack, to_us
 from pikku_mongo.errors import MissingDatabaseError
@@ -91,6 +92,7 @@ from pikku_mongo.schedule_ops import ScheduleOps
 from pikku_mongo.server import ClockOffset, measure_clock_offset
 from pikku_mongo.step_ops import StepOps
 from pikku_mongo.watch import job_inserts
+from pikku_mongo.worker_ops import WorkerOps
 
 log = logging.getLogger("pikku_mongo.store")
 
@@ -108,7 +110,7 @@ _AFTER = ReturnDocument.AFTER
 _BY_ID = [("_id", 1)]
 
 
-class MongoStore(RunOps, StepOps, QueueOps, ScheduleOps):
+class MongoStore(RunOps, StepOps, QueueOps, ScheduleOps, WorkerOps):
     """The engine's store on a MongoDB database (see the module docstring)."""
 
     def __init__(
@@ -148,6 +150,7 @@ class MongoStore(RunOps, StepOps, QueueOps, ScheduleOps):
         self.meta = self._collection("meta")
         self.queues = self._collection("queues")
         self.schedules = self._collection("schedules")
+        self.workers = self._collection("workers")
         # Group commit, one queue per collection written on the hot path. A document a
         # guarded upsert created has none of the fields every real document has.
         self.run_writes = Batcher(self.runs, {"workflow": {"$exists": False}})
@@ -179,7 +182,10 @@ class MongoStore(RunOps, StepOps, QueueOps, ScheduleOps):
             )
         _options(write_concern, read_concern, max_clock_skew)  # before making a client
         check_str(prefix, "collection prefix")
-        client: AsyncMongoClient[Any] = AsyncMongoClient(uri, **client_kwargs)
+        listeners = [*(client_kwargs.pop("event_listeners", None) or []), CommandCounter()]
+        client: AsyncMongoClient[Any] = AsyncMongoClient(
+            uri, event_listeners=listeners, **client_kwargs
+        )
         store = cls(
             client.get_database(name),
             prefix=prefix,
@@ -212,7 +218,8 @@ class MongoStore(RunOps, StepOps, QueueOps, ScheduleOps):
         against the server's (3 ``hello``; see :meth:`clock_offset`)."""
         await self._prepare()
         try:
-            await self.clock_offset(samples=3)
+            measured = await self.clock_offset(samples=3)
+            self.measured_offset = measured.offset if measured is not None else None
         except Exception as exc:  # a measurement, never a reason to fail start-up
             log.info("could not measure the clock offset from the server: %s", exc)
 

@@ -148,3 +148,16 @@ def test_errors_are_one_line_with_a_non_zero_exit(cli: Cli, cli_uri: str) -> Non
         timeout=60,
     )
     assert no_db.returncode == 1 and len(no_db.stderr.strip().splitlines()) == 1
+
+
+async def test_workers_list(cli: Cli, engine_on: Engine) -> None:
+    assert "no live workers" in cli("workers", "list").stdout
+    assert as_json(cli("workers", "list", "--json")) == []
+    async with engine_on:
+        table = cli("workers", "list").stdout
+        (listed,) = as_json(cli("workers", "list", "--json"))
+    assert engine_on.instance_id[:12] in table and "cli-wf" in table and "0/16" in table
+    assert listed["instance_id"] == engine_on.instance_id
+    assert listed["workflows"] == ["cli-wf"] and listed["versions"] == []
+    assert listed["pid"] == os.getpid() and isinstance(listed["clock_offset"], float)
+    assert as_json(cli("workers", "list", "--json")) == []

@@ -3,6 +3,7 @@ one line on stderr, exit code 1, well within 10 s."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -11,6 +12,7 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -31,6 +33,7 @@ COMMANDS = [
     ["doctor"],
     ["doctor", "--json"],
     ["runs", "list", "--json"],
+    ["workers", "list"],
 ]
 
 
@@ -131,6 +134,8 @@ def test_doctor_after_init(doctor_uri: str, nx_uri: str) -> None:
         "indexes": "ok",
         "TTL index": "ok",
         "clock": "ok",
+        "workers": "ok",
+        "stranded runs": "ok",
     }
     report = json.loads(cli(doctor_uri, "doctor", "--json")[0].stdout)
     assert report["ok"] is True and report["failures"] == 0 and report["warnings"] == 1
@@ -159,3 +164,50 @@ def test_doctor_on_mongoeco_reports_no_change_streams(mongoeco_uri: str) -> None
     assert {c["status"] for n, c in checks.items() if n not in ("topology", "change streams")} == {
         "ok"
     }
+
+
+async def test_doctor_reports_workers_clocks_and_stranded_runs(doctor_uri: str) -> None:
+    from engine_core import Engine, WorkflowContext
+    from pikku_mongo import MongoStore
+
+    store = MongoStore.from_uri(doctor_uri)
+    await store.init()
+    worker, gone = Engine(store), Engine(store)
+
+    @worker.workflow("served")
+    async def served(ctx: WorkflowContext, data: Any) -> None:
+        await ctx.wait_for_event("go")
+
+    @gone.workflow("orphaned")
+    async def orphaned(ctx: WorkflowContext, data: Any) -> None:
+        return None
+
+    @worker.workflow("dispatcher")
+    async def dispatcher(ctx: WorkflowContext, data: Any) -> Any:
+        return await ctx.dispatch("d", "nowhere-fn", {})
+
+    await gone.start("orphaned", run_id="o-1")
+    await gone.start("orphaned", run_id="o-2")
+    try:
+        async with worker:
+            await worker.start("served", run_id="s-1")
+            await worker.start("dispatcher", run_id="d-1")
+            for _ in range(100):  # until its step waits on the queue
+                if (await worker.status("d-1")).steps:
+                    break
+                await asyncio.sleep(0.05)
+            report = json.loads(cli(doctor_uri, "doctor", "--json")[0].stdout)
+    finally:
+        await store.close()
+    checks = {c["check"]: c for c in report["checks"]}
+    (listed,) = checks["workers"]["workers"]
+    assert listed["instance_id"] == worker.instance_id
+    assert abs(listed["clock_offset_s"]) < 0.1
+    assert checks["workers"]["status"] == "ok" and "clock offsets" in checks["workers"]["detail"]
+    stranded = checks["stranded runs"]
+    assert stranded["status"] == "warn"
+    assert stranded["stranded"] == [
+        {"workflow": "orphaned", "runs": 2, "missing": "workflow 'orphaned'"},
+        {"workflow": "(steps of 'nowhere-fn')", "runs": 1, "missing": "step function 'nowhere-fn'"},
+    ]
+    assert "no live worker can drive these runs" in stranded["detail"]

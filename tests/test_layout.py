@@ -15,8 +15,8 @@ ROOT = Path(__file__).resolve().parents[1]
 #: engine_core's modules, lowest layer first. A module may import only from layers
 #: strictly below its own.
 LAYERS: list[set[str]] = [
-    {"errors", "records", "tasks", "tracing"},
-    {"memory.cloning", "run.results", "run.threads", "convert"},
+    {"errors", "records", "tasks", "tracing", "metrics"},
+    {"memory.cloning", "run.results", "run.threads", "convert", "lifecycle_log"},
     {"durations", "values", "store", "mirror", "journal", "fleet.timers", "outages"},
     {
         "run.keys",
@@ -26,6 +26,7 @@ LAYERS: list[set[str]] = [
         "memory.flow",
         "memory.events",
         "memory.steps",
+        "memory.workers",
     },
     {"memory.store"},
     {
@@ -38,6 +39,7 @@ LAYERS: list[set[str]] = [
         "run.leases",
         "flow.queue_slots",
         "flow.starts",
+        "fleet.registry",
     },
     {"testing.builders", "run.reentry"},
     {
@@ -49,6 +51,7 @@ LAYERS: list[set[str]] = [
         "testing.event_lease_cases",
         "testing.flow_cases",
         "testing.schedule_cases",
+        "testing.worker_cases",
     },
     {"testing.conformance"},
     {"testing"},
@@ -170,6 +173,8 @@ def test_the_top_of_engine_core_holds_only_what_every_wing_shares_or_the_user_se
         "mirror",
         "journal",
         "outages",
+        "lifecycle_log",
+        "metrics",
         "periodic",
         "status",
         "runtime",
@@ -234,6 +239,7 @@ def test_the_public_surface_of_engine_core() -> None:
         "StoreUnavailableError",
         "TimelineEntry",
         "TraceIdFilter",
+        "Worker",
         "WorkflowContext",
         "WorkflowDeadlineExceededError",
         "WorkflowNotRegisteredError",
@@ -278,6 +284,7 @@ def test_the_engine_exposes_no_mechanism_as_public_api() -> None:
         "count_runs",
         "list_workflows",
         "list_children",
+        "list_workers",
         "queue",
         "list_queues",
     }

@@ -115,7 +115,7 @@ async def test_an_outage_is_two_lines_and_is_waited_out(
             raise StoreUnavailableError("connection refused")
         return "back"
 
-    with caplog.at_level(logging.WARNING, logger="engine_core.outage"):
+    with caplog.at_level(logging.INFO, logger="engine_core.outage"):
         assert await outages.call(flaky) == "back"
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 2, lines

@@ -17,6 +17,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+import engine_core.lifecycle_log as lifecycle_log
+import engine_core.metrics as metrics
 from engine_core.journal import merged_steps
 from engine_core.outages import LAST_WAIT_S
 from engine_core.periodic import Periodic
@@ -149,6 +151,15 @@ class WorkflowRecovery:
             await self._sweep_lapsed_claims(report)
             await self._sweep_in_flight(report)
             await self._sweep_stalled(report)
+            await metrics.measure_queues(self.store.queue_names, self.store.count_queue)
+        metrics.recovered(
+            {
+                "woken": report.woken,
+                "rearmed": report.rearmed,
+                "redispatched": report.redispatched,
+                "resumed": report.resumed,
+            }
+        )
         if report.total:
             log.info("workflow recovery: %s", report.summary())
         return report
@@ -249,8 +260,10 @@ class WorkflowRecovery:
         before = utcnow() - timedelta(seconds=min(config.lease_ttl, config.undispatched_after))
         idle = await self.store.find_idle_runs(before, RUN_BATCH, in_flight_only=True)
         kinds = {r.run_id: "redispatched" if _lost_arm(r) else "resumed" for r in idle}
+        found = {r.run_id: r for r in idle}
         for run_id in await self._owe(kinds):
             report.note(kinds[run_id], run_id)
+            lifecycle_log.run_recovered(found[run_id], "its pass died mid-step")
 
     async def _sweep_stalled(self, report: RecoveryReport) -> None:
         before = utcnow() - timedelta(seconds=self.runtime.config.stalled_after)
@@ -259,9 +272,11 @@ class WorkflowRecovery:
             steps = merged_steps(run, await self.store.load_steps(run.run_id))
             if any(s.status == "scheduled" or s.status == "running" for s in steps):
                 continue  # parked on purpose; the scheduled sweep and the queue own it
-            stalled.append(run.run_id)
-        for run_id in await self._owe(stalled):
+            stalled.append(run)
+        found = {r.run_id: r for r in stalled}
+        for run_id in await self._owe(found):
             report.note("resumed", run_id)
+            lifecycle_log.run_recovered(found[run_id], "stalled")
 
 
 def _lost_arm(run: RunRecord) -> bool:

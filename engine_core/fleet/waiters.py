@@ -13,7 +13,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from engine_core.errors import RunNotFoundError
+from engine_core.errors import RunNotFoundError, StoreUnavailableError
 from engine_core.records import TERMINAL, RunRecord
 from engine_core.store import Store
 from engine_core.tasks import wait_event
@@ -93,7 +93,9 @@ class RunWaiters:
                 if old:
                     ended += await self.store.get_runs(sorted(old), status_in=sorted(TERMINAL))
             except Exception as exc:
-                log.warning("could not read the runs being waited for: %s", exc)
+                # An outage is logged once by the engine's outage lines, not per poll.
+                level = logging.DEBUG if isinstance(exc, StoreUnavailableError) else logging.WARNING
+                log.log(level, "could not read the runs being waited for: %s", exc)
                 ended = []
             for run in ended:
                 self.settled(run)

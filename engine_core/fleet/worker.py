@@ -9,6 +9,8 @@ from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from typing import Any
 
+import engine_core.lifecycle_log as lifecycle_log
+import engine_core.metrics as metrics
 from engine_core.convert import declared_parameter, from_json
 from engine_core.durations import retry_delay_seconds
 from engine_core.errors import StoreUnavailableError
@@ -220,6 +222,9 @@ class Worker:
             "workflow.function": job.function or "",
         }
         started = utcnow()
+        due = job.due_at or job.scheduled_at
+        if due is not None:
+            metrics.schedule_to_start("dispatched", (started - due).total_seconds())
 
         async def renew() -> bool:
             return await self.store.extend_claim(
@@ -232,7 +237,10 @@ class Worker:
 
         try:
             async with KeepAlive(
-                renew, self.runtime.config.lease_ttl, f"the claim on step {job.key!r}"
+                renew,
+                self.runtime.config.lease_ttl,
+                f"the claim on step {job.key!r} of run {job.run_id}",
+                lifecycle_log.fields(job.run_id, None, job.key, job.traceparent),
             ):
                 with run_log_context(job.run_id, job.traceparent):
                     result = await run_attempt(
@@ -249,6 +257,16 @@ class Worker:
             error = error_info(exc)
             if attempt < job.max_attempts:
                 wait = retry_delay_seconds(job.retry_delay or 0, attempt, random.random())
+                lifecycle_log.attempt_will_retry(
+                    job.run_id,
+                    None,
+                    job.key,
+                    job.traceparent,
+                    attempt,
+                    job.max_attempts,
+                    error,
+                    wait,
+                )
                 due = utcnow() + timedelta(seconds=wait)
                 if await self._record(
                     job, "scheduled", error=error, due_at=due, started_at=started

@@ -16,6 +16,7 @@ from engine_core.memory.cloning import clone
 from engine_core.memory.events import EventLeaseMemory
 from engine_core.memory.flow import FlowMemory
 from engine_core.memory.steps import StepMemory
+from engine_core.memory.workers import WorkerMemory
 from engine_core.records import (
     ACTIVE,
     TERMINAL,
@@ -31,7 +32,7 @@ from engine_core.records import (
 )
 
 
-class InMemoryStore(StepMemory, EventLeaseMemory, FlowMemory):
+class InMemoryStore(StepMemory, EventLeaseMemory, FlowMemory, WorkerMemory):
     """A single-process store that keeps everything in dicts."""
 
     def __init__(self) -> None:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import time
 import traceback
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
+import engine_core.metrics as metrics
 from engine_core.errors import StepFailedError
 from engine_core.run.context import StepInfo, enter_step, leave_step
 from engine_core.run.threads import call_in_thread
@@ -57,6 +59,8 @@ async def run_attempt(
     seconds; ``threaded``: in a worker thread (see :mod:`engine_core.run.threads`).
     Returns the result as it is checkpointed; raises what the attempt raised (a result
     that cannot be checkpointed raises ``NotSerializableError``)."""
+    if metrics.enabled():
+        return await _measured(info, call, slots, timeout, traceparent, attributes, threaded)
     if not tracing_configured():
         # No SDK: no span to build (this runs for every attempt).
         token = enter_step(info)
@@ -73,6 +77,53 @@ async def run_attempt(
             raise
         finally:
             leave_step(token)
+
+
+async def _measured(
+    info: StepInfo,
+    call: Callable[[], Any],
+    slots: asyncio.Semaphore,
+    timeout: float | None,
+    traceparent: str | None,
+    attributes: dict[str, Any],
+    threaded: bool,
+) -> Any:
+    """:func:`run_attempt` with its metrics: the attempt's duration (from when it has a
+    step slot) and outcome, one data point each per attempt."""
+    kind = "dispatched" if "workflow.function" in attributes else "inline"
+    metered = _MeteredSlots(slots)
+    outcome = "failed"
+    try:
+        with attempt_span(traceparent, info.step, attributes) as span:
+            token = enter_step(info)
+            try:
+                result = await _call(
+                    call, cast(asyncio.Semaphore, metered), timeout, info.step, threaded
+                )
+            except Exception as exc:
+                record_failure(span, exc)
+                raise
+            finally:
+                leave_step(token)
+        outcome = "succeeded"
+        return result
+    finally:
+        metrics.attempt_ended(kind, outcome, time.perf_counter() - metered.began)
+
+
+class _MeteredSlots:
+    """The step slots as one attempt takes one, noting when it got it."""
+
+    def __init__(self, slots: asyncio.Semaphore) -> None:
+        self._slots = slots
+        self.began = time.perf_counter()
+
+    async def __aenter__(self) -> None:
+        await self._slots.acquire()
+        self.began = time.perf_counter()
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._slots.release()
 
 
 async def _call(

@@ -15,6 +15,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
+import engine_core.lifecycle_log as lifecycle_log
 from engine_core.errors import RunNotFoundError
 from engine_core.mirror import mirror_run, mirror_step
 from engine_core.records import (
@@ -191,6 +192,7 @@ class RunControl:
         ended = replace(run, status=status, output=output, error=error, inflight={}, journal={})
         await mirror_run(self.runtime.mirror, ended)
         if status in TERMINAL:
+            lifecycle_log.run_ended(run, status, error)
             self.runtime.run_settled(ended)
         if run.parent_run_id is None or run.parent_step is None or status not in TERMINAL:
             return
@@ -241,6 +243,7 @@ class RunControl:
             },
         )
         if await self.store.insert_run(child) is None:
+            lifecycle_log.run_started(child)
             # A cancel of the parent that listed its children before this one existed
             # must still reach it: the parent's status was written before that listing.
             latest = await self.store.get_run(parent.run_id)

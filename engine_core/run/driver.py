@@ -13,6 +13,8 @@ import functools
 from collections import OrderedDict
 from collections.abc import Callable
 
+import engine_core.lifecycle_log as lifecycle_log
+import engine_core.metrics as metrics
 from engine_core.errors import StoreUnavailableError
 from engine_core.records import ACTIVE, RunRecord, StepRecord
 from engine_core.run.control import RunControl
@@ -114,6 +116,8 @@ class Driver:
                 if run is None:
                     return False
                 first = run
+                if run.passes == 1:
+                    metrics.first_pass(run.workflow, run.queue, run.not_before or run.created_at)
                 if not self.runtime.take_queue_slot(first):
                     # Its queue's runs fill this process's share: the fleet may take it.
                     await self.store.request_pass(run_id)
@@ -190,7 +194,8 @@ class Driver:
             return await self.store.extend_pass(run_id, token=token, ttl=ttl)
 
         try:
-            async with KeepAlive(renew, ttl, f"the lease of run {run_id!r}"):
+            extra = lifecycle_log.run_fields(run)
+            async with KeepAlive(renew, ttl, f"the lease of run {run_id!r}", extra):
                 run_pass = RunPass(self.store, self.runtime, self.control, run, steps, unwritten)
                 end = await run_pass.execute()
             if end == "unavailable":

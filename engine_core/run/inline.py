@@ -14,6 +14,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+import engine_core.lifecycle_log as lifecycle_log
 from engine_core.durations import (
     Duration,
     check_retry_delay,
@@ -138,6 +139,9 @@ async def run_inline(
             error = error_info(exc)
             if attempt < max_attempts and not isinstance(exc, NotSerializableError):
                 wait = retry_delay_seconds(delay, attempt, random.random())
+                lifecycle_log.attempt_will_retry(
+                    p.run_id, p.workflow, key, p.traceparent, attempt, max_attempts, error, wait
+                )
                 if wait <= INLINE_RETRY_LIMIT_S:
                     outcome = attempt_ended(
                         kind, attempt, "pending", started_at=started, error=error, extra=extra

@@ -12,7 +12,10 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from types import TracebackType
+from typing import Any
 
+import engine_core.lifecycle_log as lifecycle_log
+from engine_core.errors import StoreUnavailableError
 from engine_core.records import Lease
 from engine_core.store import Store
 from engine_core.tasks import cancel_and_wait
@@ -24,8 +27,15 @@ class KeepAlive:
     """Calls ``renew()`` every ``ttl / 3`` seconds while the block runs; stops at the first
     renewal that returns False and logs ``what`` was lost."""
 
-    def __init__(self, renew: Callable[[], Awaitable[bool]], ttl: float, what: str) -> None:
+    def __init__(
+        self,
+        renew: Callable[[], Awaitable[bool]],
+        ttl: float,
+        what: str,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
         self._renew = renew
+        self._extra = extra
         self._interval = ttl / 3
         self._what = what
         self._task: asyncio.Task[None] | None = None
@@ -42,11 +52,17 @@ class KeepAlive:
                 renewed = await self._renew()
             except Exception as exc:
                 # The store may be back before the hold lapses: keep trying.
-                log.warning("could not renew %s: %s", self._what, exc)
+                log.log(
+                    logging.DEBUG if isinstance(exc, StoreUnavailableError) else logging.WARNING,
+                    "could not renew %s: %s",
+                    self._what,
+                    lifecycle_log.one_line(exc),
+                    extra=self._extra or lifecycle_log.fields(None),
+                )
                 continue
             if not renewed:
                 self.lost = True
-                log.warning("lost %s; its holder's writes will be fenced out", self._what)
+                lifecycle_log.lost(self._what, self._extra)
                 return
 
     async def __aenter__(self) -> KeepAlive:

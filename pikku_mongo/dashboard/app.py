@@ -28,19 +28,21 @@ from engine_core import Engine, EngineError, RunNotFoundError, ScheduleNotFoundE
 from pikku_mongo.dashboard.headers import SecurityHeaders
 from pikku_mongo.dashboard.links import NAV, Links, NavItem
 from pikku_mongo.dashboard.login_pages import LoginPages
+from pikku_mongo.dashboard.metrics_page import MetricsPage
 from pikku_mongo.dashboard.params import BadRequest
 from pikku_mongo.dashboard.queue_pages import QueuePages
 from pikku_mongo.dashboard.rendering import HERE, is_htmx, links_for, log, redirect
 from pikku_mongo.dashboard.run_pages import RunPages
 from pikku_mongo.dashboard.schedule_pages import SchedulePages
 from pikku_mongo.dashboard.security import AuthCallable, Denied, Security
+from pikku_mongo.dashboard.worker_pages import WorkerPages
 
 __all__ = ["NAV", "Dashboard", "Links", "NavItem", "dashboard_app"]
 
 Handler = Callable[[Request], Awaitable[Response]]
 
 
-class Dashboard(RunPages, QueuePages, SchedulePages, LoginPages):
+class Dashboard(RunPages, QueuePages, SchedulePages, WorkerPages, LoginPages):
     """The dashboard's pages over one Engine; :func:`dashboard_app` builds its app."""
 
     def routes(self) -> list[BaseRoute]:
@@ -62,6 +64,7 @@ class Dashboard(RunPages, QueuePages, SchedulePages, LoginPages):
                 methods=["POST"],
                 name="schedule_action",
             ),
+            Route("/workers", self._guard(self.workers), name="workers"),
             Route("/login", self._guard(self.login, public=True), methods=["GET", "POST"]),
             Route("/logout", self._guard(self.logout, public=True), methods=["POST"]),
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
@@ -115,6 +118,7 @@ def dashboard_app(
     secret: bytes | None = None,
     trusted_origins: Sequence[str] = (),
     refresh_seconds: float = 5.0,
+    metrics: bool = False,
 ) -> Starlette:
     """The dashboard as an ASGI app, to serve or to mount under a path in an existing
     Starlette or FastAPI app (``app.mount("/ops", dashboard_app(engine, auth=...))``).
@@ -130,6 +134,8 @@ def dashboard_app(
     - ``trusted_origins``: origins (``https://ops.example``) allowed to POST besides
       the request's own host, for a proxy that rewrites ``Host``.
     - ``refresh_seconds``: how often the live sections refresh.
+    - ``metrics``: serve ``/metrics``, the engine's metrics in Prometheus text (behind
+      the same access check; needs ``pip install 'pikku-mongo[metrics]'``).
 
     The app calls only the Engine API and never starts runs, so a client engine (not
     inside ``async with``) with no workflows registered serves it fully.
@@ -143,8 +149,12 @@ def dashboard_app(
         title=title,
         refresh_seconds=refresh_seconds,
     )
+    routes = dashboard.routes()
+    if metrics:
+        page = MetricsPage()
+        routes.insert(0, Route("/metrics", dashboard._guard(page.metrics), name="metrics"))
     return Starlette(
-        routes=dashboard.routes(),
+        routes=routes,
         middleware=[Middleware(SecurityHeaders)],
         exception_handlers={HTTPException: dashboard.http_error},
     )

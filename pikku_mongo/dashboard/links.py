@@ -21,6 +21,7 @@ NAV: tuple[NavItem, ...] = (
     NavItem("runs", "Runs", "/runs"),
     NavItem("queues", "Queues", "/queues"),
     NavItem("schedules", "Schedules", "/schedules"),
+    NavItem("workers", "Workers", "/workers"),
 )
 
 
@@ -62,6 +63,10 @@ class Links:
     def schedule_action(self) -> str:
         """Where confirmed schedule actions are posted."""
         return f"{self.root}/schedules/action"
+
+    def workers(self) -> str:
+        """The workers page."""
+        return f"{self.root}/workers"
 
     def login(self) -> str:
         """The login form."""

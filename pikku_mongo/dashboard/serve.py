@@ -67,6 +67,7 @@ async def serve(
     read_only: bool = False,
     trace_url: str | None = None,
     refresh_seconds: float = 5.0,
+    metrics: bool = False,
 ) -> None:
     """Serve the dashboard of the store at ``uri`` until interrupted."""
     check_bind(host, token)
@@ -80,6 +81,7 @@ async def serve(
             read_only=read_only,
             trace_url=trace_url,
             refresh_seconds=refresh_seconds,
+            metrics=metrics,
         )
         # One ping first: an unreachable server fails here, once, within the timeout.
         await store.database.command("ping")

@@ -1,0 +1,150 @@
+"""The registry of serving engines: each records itself in the store while it serves.
+
+A serving engine writes its record (host, pid, what it registered, its queues, its step
+slots in use) when it starts and every :data:`REFRESH_S` seconds (one write each), and
+deletes it when it stops. A record not refreshed for :data:`EXPIRES_AFTER_S` seconds (a
+process that died) is left out of every listing. A client reads the live records to
+start a workflow it did not register itself (:class:`FleetView`, cached for
+:data:`VIEW_KEPT_S` seconds: a new worker is visible to clients within 10 s).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
+
+from engine_core.errors import WorkflowNotRegisteredError
+from engine_core.outages import Outages
+from engine_core.periodic import Periodic
+from engine_core.records import Worker, utcnow
+from engine_core.store import Store
+
+log = logging.getLogger("engine_core.fleet.registry")
+
+#: How often a serving engine refreshes its record (one write).
+REFRESH_S = 5.0
+#: A record not refreshed for this long is gone: four missed refreshes.
+EXPIRES_AFTER_S = 20.0
+#: How long a client keeps the fleet's records before it reads them again.
+VIEW_KEPT_S = 5.0
+#: How long a stopping engine tries to delete its record (it expires anyway).
+DELETE_TIMEOUT_S = 2.0
+
+
+class Registry:
+    """Keeps this serving engine's record in the store (see the module docstring).
+
+    ``describe()`` returns the record as it is now, without its times."""
+
+    def __init__(
+        self,
+        store: Store,
+        outages: Outages,
+        instance_id: str,
+        describe: Callable[[], Worker],
+    ) -> None:
+        self._store = store
+        self._outages = outages
+        self._instance_id = instance_id
+        self._describe = describe
+        self._started_at = utcnow()
+        self._loop: Periodic | None = None
+
+    def record(self) -> Worker:
+        worker = self._describe()
+        now = utcnow()
+        worker.started_at = self._started_at
+        worker.last_seen = now
+        worker.expires_at = now + timedelta(seconds=EXPIRES_AFTER_S)
+        return worker
+
+    async def refresh(self) -> None:
+        await self._store.put_worker(self.record())
+
+    async def start(self) -> None:
+        """Write the record now (so a client sees this worker as soon as it serves),
+        then every :data:`REFRESH_S` seconds."""
+        self._started_at = utcnow()
+        await self._outages.call(self.refresh)
+        self._loop = Periodic(
+            "recording this worker in the registry",
+            self.refresh,
+            every=REFRESH_S,
+            outages=self._outages,
+            wait_first=True,
+        )
+        self._loop.start()
+
+    async def stop(self) -> None:
+        if self._loop is None:
+            return
+        await self._loop.stop()
+        self._loop = None
+        try:
+            async with asyncio.timeout(DELETE_TIMEOUT_S):
+                await self._store.delete_worker(self._instance_id)
+        except Exception as exc:  # it expires by itself
+            log.info("could not remove this worker's record (%s); it expires in %g s",
+                     type(exc).__name__, EXPIRES_AFTER_S)  # fmt: skip
+
+
+def describe(
+    instance_id: str,
+    workflows: Sequence[str],
+    step_functions: Sequence[str],
+    queues: dict[str, dict[str, object]],
+    concurrency: int,
+    slots_used: int,
+) -> Worker:
+    """A record of this process (times filled in by :meth:`Registry.record`)."""
+    epoch = datetime.fromtimestamp(0).astimezone()
+    return Worker(
+        instance_id=instance_id,
+        host=socket.gethostname(),
+        pid=os.getpid(),
+        # Workflows have no versions yet: none is recorded.
+        versions=[],
+        workflows=sorted(workflows),
+        step_functions=sorted(step_functions),
+        queues=queues,
+        started_at=epoch,
+        last_seen=epoch,
+        expires_at=epoch,
+        concurrency=concurrency,
+        slots_used=slots_used,
+    )
+
+
+class FleetView:
+    """What the live workers serve, as a client sees it (read at most every
+    :data:`VIEW_KEPT_S` seconds)."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._workers: list[Worker] = []
+        self._read_at: float | None = None
+
+    async def workers(self, *, fresh: bool = False) -> list[Worker]:
+        now = time.monotonic()
+        if fresh or self._read_at is None or now - self._read_at > VIEW_KEPT_S:
+            self._workers = await self._store.list_workers()
+            self._read_at = time.monotonic()
+        return self._workers
+
+    async def check_served(self, workflow: str, local: Sequence[str]) -> None:
+        """Raise :class:`WorkflowNotRegisteredError` unless a live worker registers
+        ``workflow`` (read again once when the cached view does not have it)."""
+        for fresh in (False, True):
+            served = {w for worker in await self.workers(fresh=fresh) for w in worker.workflows}
+            if workflow in served:
+                return
+        raise WorkflowNotRegisteredError(
+            f"no workflow named {workflow!r} is registered on this engine or on any live "
+            f"worker (registered here: {sorted(local) or 'none'}; "
+            f"the fleet serves: {sorted(served) or 'none'})"
+        )

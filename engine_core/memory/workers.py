@@ -1,0 +1,39 @@
+"""The in-memory store's registry of serving engines."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from engine_core.records import Worker, utcnow
+
+
+class WorkerMemory:
+    """``put_worker``, ``delete_worker``, ``list_workers`` over a dict."""
+
+    _workers: dict[str, Worker]
+
+    def _worker_table(self) -> dict[str, Worker]:
+        if not hasattr(self, "_workers"):
+            self._workers = {}
+        return self._workers
+
+    async def put_worker(self, worker: Worker) -> None:
+        self._worker_table()[worker.instance_id] = _copy(worker)
+
+    async def delete_worker(self, instance_id: str) -> None:
+        self._worker_table().pop(instance_id, None)
+
+    async def list_workers(self) -> list[Worker]:
+        now = utcnow()
+        live = [_copy(w) for w in self._worker_table().values() if w.expires_at > now]
+        return sorted(live, key=lambda w: (w.started_at, w.instance_id))
+
+
+def _copy(worker: Worker) -> Worker:
+    return replace(
+        worker,
+        versions=list(worker.versions),
+        workflows=list(worker.workflows),
+        step_functions=list(worker.step_functions),
+        queues={k: dict(v) for k, v in worker.queues.items()},
+    )
