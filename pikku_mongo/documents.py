@@ -341,6 +341,8 @@ def step_from_doc(doc: Doc) -> StepRecord:
         notified=bool(get("notified")),
         traceparent=get("traceparent"),
         history=[entry_from_text(e) for e in cast(list[str], doc.get("history") or [])],
+        order=doc.get("order"),
+        ran=doc.get("ran"),
     )
 
 

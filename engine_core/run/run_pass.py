@@ -9,6 +9,7 @@ delay) is armed and the pass ends, holding nothing while the run waits.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -20,6 +21,7 @@ from engine_core.outages import StoreDown
 from engine_core.records import RunState, StepRecord, utcnow
 from engine_core.run.attempt import error_info
 from engine_core.run.context import WorkflowContext
+from engine_core.run.divergence import Mismatch
 from engine_core.run.keys import compensation_key
 from engine_core.run.pass_state import SIGNALS, Parked, PassState, Stopped
 from engine_core.tracing import run_log_context
@@ -29,6 +31,8 @@ from engine_core.values import check_fits, to_stored
 #: fenced it out, this process is shutting down and the run is owed to the fleet, or the
 #: store went away.
 PassEnd = Literal["terminal", "parked", "stopped", "requeued", "unavailable"]
+
+log = logging.getLogger("engine_core")
 
 
 class RunPass(PassState):
@@ -53,6 +57,8 @@ class RunPass(PassState):
         except BaseException as exc:
             failure = exc
         await self.drain()
+        if self.checks.mismatch is not None:
+            return await self._diverged(self.checks.mismatch)
         signal = _signal_in(failure)
         if signal is Stopped:
             return "stopped"
@@ -108,6 +114,26 @@ class RunPass(PassState):
         if not await self._settle(None, None, None):
             return "stopped"
         return "requeued" if self.requeue else "parked"
+
+    async def _diverged(self, mismatch: Mismatch) -> PassEnd:
+        """The code parted from the record: write nothing more, suspend the run with
+        the divergence as its error (``engine.resume`` after a fixed deploy replays)."""
+        error = mismatch.error_info()
+        log.warning(
+            "run %s diverged from its record: %s",
+            self.run_id,
+            error["message"],
+            extra={"run_id": self.run_id, "workflow": self.workflow, "step": mismatch.step},
+        )
+        try:
+            if not await self._settle("suspended", None, error):
+                return "stopped"
+        except Stopped:
+            return "stopped"
+        # As ``engine.suspend``: the run's queue jobs start no more until it is resumed.
+        await self.store.halt_steps(self.run_id, True)
+        await self.control.reconcile_halt(self.run_id)
+        return "stopped"
 
     async def _fail(self, failure: BaseException) -> PassEnd:
         error = error_info(failure)
