@@ -36,7 +36,7 @@ _op = st.one_of(
     ),
 )
 programs = st.lists(_op, min_size=1, max_size=5)
-EDITS = ("rename", "remove", "swap", "change", "insert")
+EDITS = ("rename", "remove", "swap", "change", "insert", "patched_insert")
 
 
 def _named(program: list[Op]) -> list[tuple[str, Op]]:

@@ -54,7 +54,7 @@ LAYERS: list[set[str]] = [
     {"testing.conformance"},
     {"testing"},
     {"run.pass_state"},
-    {"run.inline", "run.waits"},
+    {"run.inline", "run.waits", "run.patches"},
     {"run.run_pass"},
     {
         "run.driver",

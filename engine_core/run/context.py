@@ -11,6 +11,7 @@ from typing import Any, ParamSpec, Protocol, TypeVar
 from engine_core.durations import Duration
 from engine_core.errors import StoreUnavailableError
 from engine_core.outages import StoreDown
+from engine_core.values import check_name
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,8 @@ class StepRunner(Protocol):
     async def event_step(self, name: str, timeout: Duration | None) -> Any: ...
 
     async def child_step(self, name: str, workflow: str, input: Any) -> Any: ...
+
+    async def patched(self, patch_id: str) -> bool: ...
 
 
 _T = TypeVar("_T")
@@ -167,3 +170,15 @@ class WorkflowContext:
     async def child(self, name: str, workflow: str, input: Any = None) -> Any:
         """Run ``workflow`` as a child run and return its output."""
         return await self._pass.child_step(name, workflow, input)
+
+    @_outage_ends_the_pass
+    async def patched(self, patch_id: str) -> bool:
+        """True on a run that reaches this point on new code (a marker, riding the next
+        write, keeps it True on every replay); False on a run whose records show it
+        passed this point on old code. See DESIGN 3d."""
+        return await self._pass.patched(patch_id)
+
+    def deprecate_patch(self, patch_id: str) -> None:
+        """Once no run from before patch ``patch_id`` remains: records nothing and
+        accepts runs with or without its marker."""
+        check_name(patch_id, "patch id")

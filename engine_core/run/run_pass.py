@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 import engine_core.run.inline as inline
+import engine_core.run.patches as patches
 import engine_core.run.waits as waits
 from engine_core.durations import Duration
 from engine_core.errors import NotSerializableError, StepFailedError, StoreUnavailableError
@@ -240,6 +241,9 @@ class RunPass(PassState):
 
     async def child_step(self, name: str, workflow: str, input: Any) -> Any:
         return await waits.child_step(self, name, workflow, input)
+
+    async def patched(self, patch_id: str) -> bool:
+        return await patches.patched(self, patch_id)
 
 
 def _signal_in(exc: BaseException | None) -> type[BaseException] | None:
