@@ -62,6 +62,7 @@ class Engine:
         mirror: RunMirror | None = None,
         shutdown_grace: Duration | None = None,
         store_timeout: Duration = "30s",
+        pin_versions: bool = False,
     ) -> None:
         self.store = store
         self.mirror = mirror
@@ -75,6 +76,8 @@ class Engine:
             store_timeout=store_timeout,
         )
         self._host = Host(store, self.config, mirror)
+        #: Drive only runs of the versions this process registers (DESIGN 3d).
+        self._host.pin_versions = bool(pin_versions)
         self._control = self._host.control
         self._host.start_run = self._start_scheduled
         self._schedules = ScheduleControl(store, self._host.workflows, self._host.schedules_changed)
@@ -86,9 +89,19 @@ class Engine:
 
     # ---- registration ------------------------------------------------------------
 
-    def workflow(self, name: str) -> Callable[[F], F]:
-        """Register ``async def fn(ctx, input)`` as the workflow ``name``."""
-        return _register(self._host.workflows, name, "workflow")
+    def workflow(self, name: str, *, version: str | None = None) -> Callable[[F], F]:
+        """Register ``async def fn(ctx, input)`` as the workflow ``name``; ``version`` is
+        a label stored on every run it starts (``RunStatus.version``)."""
+        if version is not None:
+            check_name(version, "workflow version")
+        register = _register(self._host.workflows, name, "workflow")
+
+        def with_version(fn: F) -> F:
+            registered = register(fn)
+            self._host.versions[name] = version
+            return registered
+
+        return with_version
 
     def step_function(self, name: str) -> Callable[[F], F]:
         """Register ``async def fn(payload)`` as a step function any worker may run."""
@@ -181,6 +194,7 @@ class Engine:
             delay=delay,
             deadline=deadline,
         )
+        run.version = self._host.versions.get(workflow)
         host = self._host
         adopt = run.status == "running" and host.room_to_adopt() > 0
         if adopt:
@@ -233,12 +247,14 @@ class Engine:
         prefix: str | None = None,
         created_since: datetime | None = None,
         created_before: datetime | None = None,
+        version: str | None = None,
     ) -> list[RunStatus]:
         """Runs ordered by id; pass the last id seen as ``after`` for the next page.
 
         ``prefix`` keeps the ids that start with it (plain characters, not a pattern);
         ``created_since`` (inclusive) and ``created_before`` (exclusive) bound the
-        creation time (timezone-aware datetimes)."""
+        creation time (timezone-aware datetimes); ``version`` keeps the runs started with
+        that ``version=`` label."""
         check_page(limit, after, MAX_LIST)
         prefix = check_prefix(prefix)
         check_moment(created_since, "created_since")
@@ -251,6 +267,7 @@ class Engine:
             prefix=prefix,
             created_since=created_since,
             created_before=created_before,
+            version=version,
         )
         return [fold_status(r, []) for r in runs]
 

@@ -45,6 +45,8 @@ class RunStatus:
     priority: int = 0
     not_before: datetime | None = None
     deadline_at: datetime | None = None
+    #: The ``version=`` label of the code that started the run, if any.
+    version: str | None = None
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,7 @@ def fold_status(run: RunRecord, steps: list[StepRecord]) -> RunStatus:
         priority=run.priority,
         not_before=run.not_before,
         deadline_at=run.deadline_at,
+        version=run.version,
     )
 
 

@@ -199,12 +199,13 @@ class Store(Protocol):
         prefix: str | None = None,
         created_since: datetime | None = None,
         created_before: datetime | None = None,
+        version: str | None = None,
     ) -> list[RunRecord]:
         """Runs ordered by id, starting after the id ``after`` (keyset pagination).
 
         ``prefix``: only ids that start with it (compared as plain characters, never as a
         pattern). ``created_since`` (inclusive) and ``created_before`` (exclusive): only
-        runs created in that range."""
+        runs created in that range. ``version``: only runs started with that label."""
 
     async def delete_runs(self, *, finished_before: datetime, limit: int) -> int:
         """Delete up to ``limit`` terminal runs last updated before ``finished_before``,

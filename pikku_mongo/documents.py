@@ -120,6 +120,7 @@ def run_to_doc(run: RunRecord) -> Doc:
         "journal": {inflight_field(k): step_to_text(s) for k, s in run.journal.items()},
         "changed": {inflight_field(k): pack(k) for k in run.changed},
         "keys": run.key_scheme,
+        "version": pack_opt(run.version),
         **flow_fields(run),
     }
 
@@ -227,6 +228,7 @@ def run_from_doc(doc: Doc) -> RunRecord:
         dedup_id=unpack_opt(doc.get("dedup_id")),
         not_before=opt_from_us(doc.get("not_before_us")),
         deadline_at=opt_from_us(doc.get("deadline")),
+        version=unpack_opt(doc.get("version")),
     )
 
 

@@ -148,3 +148,25 @@ def test_errors_are_one_line_with_a_non_zero_exit(cli: Cli, cli_uri: str) -> Non
         timeout=60,
     )
     assert no_db.returncode == 1 and len(no_db.stderr.strip().splitlines()) == 1
+
+
+async def test_runs_list_and_show_give_the_version(cli: Cli, cli_uri: str) -> None:
+    from pikku_mongo import MongoStore
+
+    store = MongoStore.from_uri(cli_uri)
+    engine = Engine(store)
+
+    @engine.workflow("labelled", version="v7")
+    async def labelled(ctx: WorkflowContext, data: Any) -> str:
+        return "ok"
+
+    run_id = await engine.start("labelled", run_id="labelled-1")
+    await engine.drive(run_id)
+    await store.close()
+    listed = await asyncio.to_thread(cli, "runs", "list", "--version", "v7")
+    assert "labelled-1" in listed.stdout and "v7" in listed.stdout
+    assert (
+        "labelled-1" not in (await asyncio.to_thread(cli, "runs", "list", "--version", "v8")).stdout
+    )
+    shown = await asyncio.to_thread(cli, "runs", "show", run_id)
+    assert "version   v7" in shown.stdout

@@ -50,6 +50,7 @@ LAYERS: list[set[str]] = [
         "testing.event_lease_cases",
         "testing.flow_cases",
         "testing.schedule_cases",
+        "testing.replay_cases",
     },
     {"testing.conformance"},
     {"testing"},

@@ -287,6 +287,7 @@ class InMemoryStore(StepMemory, EventLeaseMemory, FlowMemory):
         prefix: str | None = None,
         created_since: datetime | None = None,
         created_before: datetime | None = None,
+        version: str | None = None,
     ) -> list[RunRecord]:
         found = sorted(
             (
@@ -298,6 +299,7 @@ class InMemoryStore(StepMemory, EventLeaseMemory, FlowMemory):
                 and (prefix is None or r.run_id.startswith(prefix))
                 and (created_since is None or r.created_at >= created_since)
                 and (created_before is None or r.created_at < created_before)
+                and (version is None or r.version == version)
             ),
             key=lambda r: r.run_id,
         )
