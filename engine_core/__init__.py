@@ -25,11 +25,19 @@ from engine_core.fleet.recovery import RecoveryReport, WorkflowRecovery
 from engine_core.mirror import RunMirror
 from engine_core.run.context import StepInfo, WorkflowContext, current_step
 from engine_core.schedules.times import Schedule
-from engine_core.status import QueueStatus, RunStatus, StepStatus, TimelineEntry
+from engine_core.status import (
+    Divergence,
+    QueueStatus,
+    ReplayReport,
+    RunStatus,
+    StepStatus,
+    TimelineEntry,
+)
 from engine_core.store import Store
 from engine_core.tracing import TraceIdFilter
 
 __all__ = [
+    "Divergence",
     "DuplicateRunError",
     "Engine",
     "EngineError",
@@ -43,6 +51,7 @@ __all__ = [
     "QueueNotDeclaredError",
     "QueueStatus",
     "RecoveryReport",
+    "ReplayReport",
     "RunMirror",
     "RunNotFoundError",
     "RunStatus",

@@ -28,11 +28,19 @@ from engine_core.records import (
     TERMINAL,
     utcnow,
 )
+from engine_core.run.replay_check import replay_check
 from engine_core.run.results import outcome
 from engine_core.runtime import EngineConfig
 from engine_core.schedules.control import ScheduleControl
 from engine_core.schedules.times import Schedule
-from engine_core.status import QueueStatus, RunStatus, TimelineEntry, fold_status, timeline
+from engine_core.status import (
+    QueueStatus,
+    ReplayReport,
+    RunStatus,
+    TimelineEntry,
+    fold_status,
+    timeline,
+)
 from engine_core.store import Store
 from engine_core.values import (
     check_moment,
@@ -395,6 +403,33 @@ class Engine:
         """The names of the workflows that have runs in the store, sorted (registered
         on this engine or not)."""
         return await self.store.list_workflows()
+
+    async def replay_check(
+        self,
+        *,
+        workflow: str | None = None,
+        run_ids: list[str] | None = None,
+        limit: int = 1000,
+        include_ended: bool = False,
+    ) -> ReplayReport:
+        """Replay stored runs (of ``workflow``, or the runs ``run_ids``; those that have
+        not ended unless ``include_ended``; at most ``limit``) against this process's
+        code, writing nothing, each up to its first step without a record, and report
+        the ones that would diverge and why. For a deploy pipeline: run it with the new
+        build before it ships."""
+        if workflow is not None:
+            check_registered(self._host.workflows, workflow)
+        check_page(limit, None, 10**9)
+        if run_ids is not None:
+            run_ids = [check_run_id(r) for r in run_ids]
+        return await replay_check(
+            self.store,
+            self._host.workflows.get,
+            workflows=[workflow] if workflow is not None else sorted(self._host.workflows),
+            run_ids=run_ids,
+            limit=limit,
+            include_ended=include_ended,
+        )
 
     async def list_children(self, run_id: str) -> list[RunStatus]:
         """The child runs of the run, ordered by id (without their steps)."""

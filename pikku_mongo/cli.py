@@ -38,6 +38,8 @@ from engine_core import Engine, EngineError, RunStatus
 from engine_core.records import RunState
 from pikku_mongo.doctor import diagnose, render
 from pikku_mongo.errors import ServerUnreachableError
+from pikku_mongo.replay_cli import add_parser as add_replay_check
+from pikku_mongo.replay_cli import replay_check_command
 from pikku_mongo.server import ensure_reachable, short_reason
 from pikku_mongo.store import MongoStore, _redact
 
@@ -363,6 +365,7 @@ def _parser() -> argparse.ArgumentParser:
     ):
         action = schedule_actions.add_parser(name, parents=[common], help=text)
         action.add_argument("name")
+    add_replay_check(sub, common)
     ui = sub.add_parser("ui", help="serve the web dashboard (needs the ui extra)")
     ui.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
     ui.add_argument("--port", type=int, default=8642, help="port to listen on (8642)")
@@ -427,12 +430,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "ui":
         return _ui(args)
     uri = os.environ.get("MONGODB_URI")
-    if not uri:
+    if not uri and args.command != "replay-check":  # the app's engine has its own store
         print("pikku-mongo: set MONGODB_URI (with a database name in its path)", file=sys.stderr)
         return 1
+    uri = uri or ""
     code = 0
     try:
-        if args.command == "doctor":
+        if args.command == "replay-check":
+            data, text, code = asyncio.run(replay_check_command(args))
+        elif args.command == "doctor":
             data, text, code = asyncio.run(_doctor(uri))
         else:
             data, text = asyncio.run(_run(args, uri))

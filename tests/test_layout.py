@@ -59,6 +59,7 @@ LAYERS: list[set[str]] = [
     {"run.run_pass"},
     {
         "run.driver",
+        "run.replay_check",
         "fleet.worker",
         "fleet.recovery",
         "flow.admission",
@@ -210,6 +211,7 @@ def test_engine_core_knows_nothing_of_mongodb() -> None:
 
 def test_the_public_surface_of_engine_core() -> None:
     assert sorted(engine_core.__all__) == [
+        "Divergence",
         "DuplicateRunError",
         "Engine",
         "EngineError",
@@ -223,6 +225,7 @@ def test_the_public_surface_of_engine_core() -> None:
         "QueueNotDeclaredError",
         "QueueStatus",
         "RecoveryReport",
+        "ReplayReport",
         "RunMirror",
         "RunNotFoundError",
         "RunStatus",
@@ -281,4 +284,5 @@ def test_the_engine_exposes_no_mechanism_as_public_api() -> None:
         "list_children",
         "queue",
         "list_queues",
+        "replay_check",
     }

@@ -182,6 +182,15 @@ class ReplayChecks:
         await self._wait_for_branches(self._has_unreached)
         return self._has_unreached()
 
+    async def settle(self) -> None:
+        """Let branches of the body still replaying beside one that ended catch up (a
+        few turns of the loop, while they still reach steps)."""
+        idle = 0
+        while idle < 2:
+            before = self._count
+            await asyncio.sleep(0)
+            idle = idle + 1 if self._count == before else 0
+
     def stamp(self, step: StepRecord) -> StepRecord:
         """Give a step this pass started first its order and callable (on its first
         record, so they ride the step's own write)."""
