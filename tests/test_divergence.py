@@ -238,3 +238,33 @@ async def test_old_records_still_catch_a_new_kind_or_a_skipped_step() -> None:
         code["v"] = 1
         await engine.resume(run_id)
         assert await engine.result(run_id, timeout=10) == "done"
+
+
+def test_what_a_step_ran_is_named_by_module_and_qualified_name() -> None:
+    import functools
+
+    from engine_core.run.divergence import callable_name
+
+    def deco(fn: Any) -> Any:
+        @functools.wraps(fn)
+        def wrapper(*args: Any) -> Any:
+            return fn(*args)
+
+        return wrapper
+
+    @deco
+    def first() -> None: ...
+
+    @deco
+    def second() -> None: ...
+
+    class Box:
+        def method(self) -> None: ...
+
+    here = f"{__name__}:test_what_a_step_ran_is_named_by_module_and_qualified_name.<locals>"
+    for _ in range(2):  # the second time from the cache: decorated functions share code
+        assert callable_name(first) == f"{here}.first"
+        assert callable_name(second) == f"{here}.second"
+    assert callable_name(Box().method) == f"{here}.Box.method"
+    assert callable_name(functools.partial(charge, 1)) == f"{__name__}:charge"
+    assert callable_name(print) == "builtins:print"

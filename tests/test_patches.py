@@ -100,16 +100,16 @@ async def test_a_run_that_had_not_reached_the_patch_point_takes_it(engine: Engin
 
 
 async def test_deprecate_patch_accepts_runs_with_or_without_the_marker(engine: Engine) -> None:
-    shop, code = Shop(), {"v": 2}
+    shop, code = Shop(), {"v": 1}
     _order(engine, shop, code)
     async with engine:
+        unmarked = await engine.start("order")  # begun on old code, before the point
+        await _parked(engine, unmarked, "begin")
+        code["v"] = 2
         marked = await engine.start("order")
         await engine.send_event(marked, "begin", None)
         await _parked(engine, marked, "end")
-        code["v"] = 1
-        unmarked = await engine.start("order")
-        await _parked(engine, unmarked, "begin")
-        code["v"] = 3  # every old run is past: the patch is deprecated
+        code["v"] = 3  # no run stands past the point on old code: the patch is deprecated
         await engine.send_event(unmarked, "begin", None)
         for run_id in (marked, unmarked):
             await _parked(engine, run_id, "end")

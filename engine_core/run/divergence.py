@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,15 +41,32 @@ _IDLE_S = 0.1
 _MAX_S = 2.0
 
 
+#: Names of the callables met so far, by code object (shared by every closure of one
+#: ``def``, so this stays as small as the program), with the qualified name and module
+#: they were found for: functions made by one decorator share a code object too.
+_NAMES: dict[Any, tuple[Any, Any, str]] = {}
+
+
 def callable_name(fn: Callable[..., Any]) -> str:
     """What an inline step ran, as it is recorded: ``module:qualified.name``."""
+    code = getattr(fn, "__code__", None)
+    qualname = getattr(fn, "__qualname__", None)
+    module = getattr(fn, "__module__", None)
+    if code is not None:
+        known = _NAMES.get(code)
+        if known is not None and known[0] is qualname and known[1] is module:
+            return known[2]
     target: Any = fn
     while isinstance(target, functools.partial):
         target = target.func
     target = getattr(target, "__func__", target)
-    module = getattr(target, "__module__", None) or type(target).__module__
-    name = getattr(target, "__qualname__", None) or type(target).__qualname__
-    return f"{module}:{name}"
+    found = (
+        f"{getattr(target, '__module__', None) or type(target).__module__}:"
+        f"{getattr(target, '__qualname__', None) or type(target).__qualname__}"
+    )
+    if code is not None:
+        _NAMES[code] = (qualname, module, found)
+    return found
 
 
 def describe(kind: str, ran: str | None) -> str:
@@ -127,9 +144,13 @@ class ReplayChecks:
             elif step.order is not None:
                 self._open.add(key)
         ordered.sort()
+        #: The recorded steps of the body as the pass began.
+        self._initial = [k for k, s in steps.items() if s.kind in BODY_KINDS]
         self._ordered = ordered
         self._at = 0
         self._next = top + 1
+        # The highest order this pass reached so far.
+        self._high = -1
         #: Steps first started by this pass: their order and callable, for their record.
         self._new: dict[str, tuple[int, str | None]] = {}
         #: ``ctx.patched`` answers given in this pass.
@@ -137,25 +158,37 @@ class ReplayChecks:
 
     # ---- what a pass asks --------------------------------------------------------
 
-    async def reach(self, key: str, kind: str, ran: str | None) -> None:
-        """The body reaches step ``key`` (of ``kind``, running ``ran``); raises
-        :class:`Diverged` when that parts from the record."""
+    def reach(self, key: str, kind: str, ran: str | None) -> Coroutine[Any, Any, None] | None:
+        """The body reaches step ``key`` (of ``kind``, running ``ran``). Raises
+        :class:`Diverged` when that parts from the record; returns a check to await
+        when it may (an apparent swap, judged once other branches caught up), else
+        None: the common case costs no coroutine."""
         if self.mismatch is not None:
             raise Diverged(self.mismatch)
+        self._count += 1
+        recorded = self._steps.get(key)
+        if recorded is None:
+            if self._open:
+                # Started before a recorded wait that has not ended (the code may add a
+                # step there): no later than it, and no earlier than what this pass
+                # reached before it; equal orders compare as a set.
+                first_open = min(self._order(k) for k in self._open)
+                order = max(self._high, first_open)
+            else:
+                order = self._next
+                self._next += 1
+            self._high = max(self._high, order)
+            self._new[key] = (order, ran)
+            if self._unreached and self.enabled:
+                return self._judge_new(key, kind, ran)
+            return None
         self._reached.add(key)
         self._unreached.discard(key)
         self._open.discard(key)
-        self._count += 1
+        if recorded.order is not None and recorded.order > self._high:
+            self._high = recorded.order
         if not self.enabled:
-            return
-        recorded = self._steps.get(key)
-        if recorded is None:
-            self._new[key] = (self._order_of_new(), ran)
-            if self._unreached:
-                await self._wait_for_branches(lambda: bool(self._unreached))
-                if self._unreached:
-                    self._diverge(self._first_unreached(), describe(kind, ran), key, "new")
-            return
+            return None
         if recorded.kind != kind or (
             recorded.ran is not None and ran is not None and recorded.ran != ran
         ):
@@ -169,10 +202,18 @@ class ReplayChecks:
                 )
             )
         if recorded.order is not None and self._earlier_unreached(recorded.order):
-            order = recorded.order
-            await self._wait_for_branches(lambda: self._earlier_unreached(order))
-            if self._earlier_unreached(order):
-                self._diverge(self._ordered[self._at][1], describe(kind, ran), key, "swapped")
+            return self._judge_swap(key, kind, ran, recorded.order)
+        return None
+
+    async def _judge_new(self, key: str, kind: str, ran: str | None) -> None:
+        await self._wait_for_branches(lambda: bool(self._unreached))
+        if self._unreached:
+            self._diverge(self._first_unreached(), describe(kind, ran), key, "new")
+
+    async def _judge_swap(self, key: str, kind: str, ran: str | None, order: int) -> None:
+        await self._wait_for_branches(lambda: self._earlier_unreached(order))
+        if self._earlier_unreached(order):
+            self._diverge(self._ordered[self._at][1], describe(kind, ran), key, "swapped")
 
     async def behind(self) -> bool:
         """Whether recorded steps of the body remain that this pass has not reached
@@ -206,15 +247,12 @@ class ReplayChecks:
 
     # ---- helpers -----------------------------------------------------------------
 
-    def _order_of_new(self) -> int:
-        if self._open:
-            orders = (self._steps[k].order for k in self._open)
-            return min(o for o in orders if o is not None)
-        self._next += 1
-        return self._next - 1
+    def _order(self, key: str) -> int:
+        order = self._steps[key].order
+        return -1 if order is None else order
 
     def _has_unreached(self) -> bool:
-        return any(s.kind in BODY_KINDS and k not in self._reached for k, s in self._steps.items())
+        return any(k not in self._reached for k in self._initial)
 
     def _earlier_unreached(self, order: int) -> bool:
         ordered, reached = self._ordered, self._reached

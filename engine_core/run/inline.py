@@ -49,7 +49,8 @@ async def inline_step(
 ) -> Any:
     """``ctx.step``: the recorded result, or run the step here now."""
     key = p.key(name)
-    await p.checks.reach(key, "inline", callable_name(fn))
+    if (check := p.checks.reach(key, "inline", callable_name(fn))) is not None:
+        await check
     attempts = check_retries(retries) + 1
     delay = check_retry_delay(retry_delay)
     limit = parse_duration(timeout, what="timeout") if timeout is not None else None
