@@ -268,6 +268,10 @@ class Store(Protocol):
         """Every step record of the run (merge its ``journal`` for the latest outcomes:
         :func:`engine_core.journal.merged_steps`)."""
 
+    async def load_steps_of(self, run_ids: Sequence[str]) -> dict[str, list[StepRecord]]:
+        """:meth:`load_steps` for many runs at once (an offline check reads thousands):
+        every step record of each run, by run id (runs with none map to ``[]``)."""
+
     async def get_step(self, run_id: str, key: str) -> StepRecord | None:
         """One step record, or None (a step whose outcome is only in its run's journal
         is read through the run)."""

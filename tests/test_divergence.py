@@ -241,6 +241,7 @@ async def test_old_records_still_catch_a_new_kind_or_a_skipped_step() -> None:
 
 
 def test_what_a_step_ran_is_named_by_module_and_qualified_name() -> None:
+    import dataclasses
     import functools
 
     from engine_core.run.divergence import callable_name
@@ -268,3 +269,12 @@ def test_what_a_step_ran_is_named_by_module_and_qualified_name() -> None:
     assert callable_name(Box().method) == f"{here}.Box.method"
     assert callable_name(functools.partial(charge, 1)) == f"{__name__}:charge"
     assert callable_name(print) == "builtins:print"
+
+    @dataclasses.dataclass
+    class Unhashable:
+        n: int
+
+        def __call__(self) -> int:
+            return self.n
+
+    assert callable_name(Unhashable(1)) == f"{here}.Unhashable"

@@ -24,6 +24,7 @@ import asyncio
 import functools
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from types import FunctionType
 from typing import Any
 
 from engine_core.errors import NonDeterminismError
@@ -47,8 +48,29 @@ _MAX_S = 2.0
 _NAMES: dict[Any, tuple[Any, Any, str]] = {}
 
 
+#: The same for the functions themselves (one lookup for the usual step: a function
+#: defined once); bounded, as a body may make a new closure at every call.
+_BY_FUNCTION: dict[Any, str] = {}
+_BY_FUNCTION_MAX = 4096
+
+
 def callable_name(fn: Callable[..., Any]) -> str:
     """What an inline step ran, as it is recorded: ``module:qualified.name``."""
+    try:
+        known_fn = _BY_FUNCTION.get(fn)
+    except TypeError:  # an unhashable callable object
+        return _callable_name(fn)
+    if known_fn is not None:
+        return known_fn
+    found = _callable_name(fn)
+    if type(fn) is FunctionType:
+        if len(_BY_FUNCTION) >= _BY_FUNCTION_MAX:
+            _BY_FUNCTION.clear()
+        _BY_FUNCTION[fn] = found
+    return found
+
+
+def _callable_name(fn: Callable[..., Any]) -> str:
     code = getattr(fn, "__code__", None)
     qualname = getattr(fn, "__qualname__", None)
     module = getattr(fn, "__module__", None)

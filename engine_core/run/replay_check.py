@@ -26,8 +26,9 @@ from engine_core.status import Divergence, ReplayReport
 from engine_core.store import Store
 from engine_core.values import check_name
 
-#: Runs read (and replayed) at once.
-_BATCH = 64
+#: Runs replayed at once (their steps read in one command), and listed at once.
+_BATCH = 256
+_PAGE = 10_000
 #: A body that awaits something else than its steps for this long is left unchecked.
 _BODY_TIMEOUT_S = 10.0
 #: The statuses of runs that have not ended: the ones a deploy can break.
@@ -96,7 +97,8 @@ class DryReplay:
     async def check(self, body: Callable[..., Any]) -> Divergence | None:
         """Replay ``body``; the divergence it meets, if any."""
         try:
-            await asyncio.wait_for(body(WorkflowContext(self), self.run.input), _BODY_TIMEOUT_S)
+            async with asyncio.timeout(_BODY_TIMEOUT_S):
+                await body(WorkflowContext(self), self.run.input)
         except (Diverged, _EndOfRecord, Exception):
             pass
         except BaseExceptionGroup:
@@ -120,17 +122,35 @@ async def replay_check(
     """Replay up to ``limit`` stored runs of ``workflows`` (or the runs ``run_ids``)
     against the registered bodies; reads only."""
     report = ReplayReport(checked=0, diverged=[])
+    pending: tuple[list[RunRecord], asyncio.Task[dict[str, list[StepRecord]]]] | None = None
     async for batch in _runs(store, workflows, run_ids, limit, include_ended):
-        loaded = await asyncio.gather(*(store.load_steps(r.run_id) for r in batch))
-        for run, records in zip(batch, loaded, strict=True):
-            body = bodies(run.workflow)
-            if body is None:
-                continue
-            found = await DryReplay(run, merged(run, records)).check(body)
-            report.checked += 1
-            if found is not None:
-                report.diverged.append(found)
+        # The next batch's steps are read while this one replays.
+        loading = asyncio.ensure_future(store.load_steps_of([r.run_id for r in batch]))
+        if pending is not None:
+            await _replay(report, bodies, *pending)
+        pending = (batch, loading)
+    if pending is not None:
+        await _replay(report, bodies, *pending)
     return report
+
+
+async def _replay(
+    report: ReplayReport,
+    bodies: Callable[[str], Callable[..., Any] | None],
+    batch: list[RunRecord],
+    loading: asyncio.Task[dict[str, list[StepRecord]]],
+) -> None:
+    loaded = await loading
+    replays = [
+        (DryReplay(run, merged(run, loaded.get(run.run_id, []))), body)
+        for run in batch
+        if (body := bodies(run.workflow)) is not None
+    ]
+    # Side by side: a replay that must wait for branches of its body to catch up (an
+    # apparent swap) waits beside the others, not before them.
+    found = await asyncio.gather(*(replay.check(body) for replay, body in replays))
+    report.checked += len(replays)
+    report.diverged += [d for d in found if d is not None]
 
 
 async def _runs(
@@ -156,7 +176,7 @@ async def _runs(
             after: str | None = None
             while left > 0:
                 page = await store.list_runs(
-                    workflow=workflow, status=status, limit=min(left, _BATCH * 4), after=after
+                    workflow=workflow, status=status, limit=min(left, _PAGE), after=after
                 )
                 if not page:
                     break

@@ -55,3 +55,13 @@ class ReplayRecordCases:
         assert [r.run_id for r in odd] == ["r-2"]
         every = await store.list_runs(workflow=None, status=None, limit=10, after=None)
         assert [r.version for r in every] == ["2026-12", "$ne", None]
+
+    async def test_load_steps_of_many_runs_at_once(self, store: Store) -> None:
+        await store.save_steps([done_step("run-1", "a"), done_step("run-1", "b")])
+        await store.insert_step(make_job("run-2", "j"))
+        await store.save_steps([done_step("run-3", "c")])
+        got = await store.load_steps_of(["run-1", "run-2", "empty"])
+        assert sorted(got) == ["empty", "run-1", "run-2"]
+        assert sorted(s.key for s in got["run-1"]) == ["a", "b"]
+        assert [s.key for s in got["run-2"]] == ["j"] and got["empty"] == []
+        assert await store.load_steps_of([]) == {}
