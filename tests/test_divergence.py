@@ -278,3 +278,34 @@ def test_what_a_step_ran_is_named_by_module_and_qualified_name() -> None:
             return self.n
 
     assert callable_name(Unhashable(1)) == f"{here}.Unhashable"
+
+
+async def test_a_dispatched_step_whose_step_function_changed_is_caught(engine: Engine) -> None:
+    code = {"fn": "send-email"}
+
+    @engine.step_function("send-email")
+    async def send_email(payload: Any) -> str:
+        return "sent"
+
+    @engine.step_function("send-sms")
+    async def send_sms(payload: Any) -> str:
+        return "texted"
+
+    @engine.workflow("notify")
+    async def notify(ctx: WorkflowContext, data: Any) -> Any:
+        done = await ctx.dispatch("notify", code["fn"], {"to": "x"})
+        await ctx.wait_for_event("go")
+        return done
+
+    async with engine:
+        run_id = await engine.start("notify")
+        await _parked(engine, run_id, "go")
+        code["fn"] = "send-sms"
+        await engine.send_event(run_id, "go", None)
+        st = await _settled(engine, run_id)
+        assert st.error is not None and st.error["step"] == "notify"
+        assert st.error["recorded"] == "dispatch send-email"
+        assert st.error["found"] == "reached it as dispatch send-sms"
+        code["fn"] = "send-email"
+        await engine.resume(run_id)
+        assert await engine.result(run_id, timeout=10) == "sent"
