@@ -10,6 +10,7 @@ from engine_core.errors import (
     InvalidNameError,
     InvalidRunIdError,
     InvalidScheduleError,
+    NonDeterminismError,
     NotSerializableError,
     QueueNotDeclaredError,
     RunNotFoundError,
@@ -26,11 +27,19 @@ from engine_core.mirror import RunMirror
 from engine_core.records import Worker
 from engine_core.run.context import StepInfo, WorkflowContext, current_step
 from engine_core.schedules.times import Schedule
-from engine_core.status import QueueStatus, RunStatus, StepStatus, TimelineEntry
+from engine_core.status import (
+    Divergence,
+    QueueStatus,
+    ReplayReport,
+    RunStatus,
+    StepStatus,
+    TimelineEntry,
+)
 from engine_core.store import Store
 from engine_core.tracing import TraceIdFilter
 
 __all__ = [
+    "Divergence",
     "DuplicateRunError",
     "Engine",
     "EngineError",
@@ -40,10 +49,12 @@ __all__ = [
     "InvalidNameError",
     "InvalidRunIdError",
     "InvalidScheduleError",
+    "NonDeterminismError",
     "NotSerializableError",
     "QueueNotDeclaredError",
     "QueueStatus",
     "RecoveryReport",
+    "ReplayReport",
     "RunMirror",
     "RunNotFoundError",
     "RunStatus",

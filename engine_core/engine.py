@@ -24,7 +24,7 @@ from engine_core.errors import (
 from engine_core.fleet.recovery import RecoveryReport, WorkflowRecovery
 from engine_core.flow.queue_figures import queue_figures
 from engine_core.flow.queues import add_queue, declare
-from engine_core.flow.starts import hold_first_pass, new_run
+from engine_core.flow.starts import check_registered, hold_first_pass, new_run
 from engine_core.host import Host
 from engine_core.mirror import RunMirror, mirror_run
 from engine_core.records import (
@@ -33,11 +33,19 @@ from engine_core.records import (
     utcnow,
 )
 from engine_core.run.context import mark_registered
+from engine_core.run.replay_check import replay_check
 from engine_core.run.results import outcome
 from engine_core.runtime import EngineConfig
 from engine_core.schedules.control import ScheduleControl
 from engine_core.schedules.times import Schedule
-from engine_core.status import QueueStatus, RunStatus, TimelineEntry, fold_status, timeline
+from engine_core.status import (
+    QueueStatus,
+    ReplayReport,
+    RunStatus,
+    TimelineEntry,
+    fold_status,
+    timeline,
+)
 from engine_core.store import Store
 from engine_core.values import (
     check_moment,
@@ -69,6 +77,7 @@ class Engine:
         mirror: RunMirror | None = None,
         shutdown_grace: Duration | None = None,
         store_timeout: Duration = "30s",
+        pin_versions: bool = False,
     ) -> None:
         self.store = store
         self.mirror = mirror
@@ -82,6 +91,8 @@ class Engine:
             store_timeout=store_timeout,
         )
         self._host = Host(store, self.config, mirror)
+        #: Drive only runs of the versions this process registers (DESIGN 3d).
+        self._host.pin_versions = bool(pin_versions)
         self._control = self._host.control
         self._host.start_run = self._start_scheduled
         self._schedules = ScheduleControl(store, self._host.workflows, self._host.schedules_changed)
@@ -93,9 +104,19 @@ class Engine:
 
     # ---- registration ------------------------------------------------------------
 
-    def workflow(self, name: str) -> Callable[[F], F]:
-        """Register ``async def fn(ctx, input)`` as the workflow ``name``."""
-        return _register(self._host.workflows, name, "workflow")
+    def workflow(self, name: str, *, version: str | None = None) -> Callable[[F], F]:
+        """Register ``async def fn(ctx, input)`` as the workflow ``name``; ``version`` is
+        a label stored on every run it starts (``RunStatus.version``)."""
+        if version is not None:
+            check_name(version, "workflow version")
+        register = _register(self._host.workflows, name, "workflow")
+
+        def with_version(fn: F) -> F:
+            registered = register(fn)
+            self._host.versions[name] = version
+            return registered
+
+        return with_version
 
     def step_function(self, name: str) -> Callable[[F], F]:
         """Register ``async def fn(payload)`` as a step function any worker may run."""
@@ -202,6 +223,7 @@ class Engine:
             delay=delay,
             deadline=deadline,
         )
+        run.version = host.versions.get(workflow)
         adopt = local and run.status == "running" and host.room_to_adopt() > 0
         if adopt:
             hold_first_pass(run, self.instance_id, self.config.lease_ttl)
@@ -254,12 +276,14 @@ class Engine:
         prefix: str | None = None,
         created_since: datetime | None = None,
         created_before: datetime | None = None,
+        version: str | None = None,
     ) -> list[RunStatus]:
         """Runs ordered by id; pass the last id seen as ``after`` for the next page.
 
         ``prefix`` keeps the ids that start with it (plain characters, not a pattern);
         ``created_since`` (inclusive) and ``created_before`` (exclusive) bound the
-        creation time (timezone-aware datetimes)."""
+        creation time (timezone-aware datetimes); ``version`` keeps the runs started with
+        that ``version=`` label."""
         check_page(limit, after, MAX_LIST)
         prefix = check_prefix(prefix)
         check_moment(created_since, "created_since")
@@ -272,6 +296,7 @@ class Engine:
             prefix=prefix,
             created_since=created_since,
             created_before=created_before,
+            version=version,
         )
         return [fold_status(r, []) for r in runs]
 
@@ -424,6 +449,33 @@ class Engine:
         seconds ago at most; one that stopped or died is not listed), oldest first."""
         return await self._host.outages.call(
             self.store.list_workers, timeout=self.config.store_timeout
+        )
+
+    async def replay_check(
+        self,
+        *,
+        workflow: str | None = None,
+        run_ids: list[str] | None = None,
+        limit: int = 1000,
+        include_ended: bool = False,
+    ) -> ReplayReport:
+        """Replay stored runs (of ``workflow``, or the runs ``run_ids``; those that have
+        not ended unless ``include_ended``; at most ``limit``) against this process's
+        code, writing nothing, each up to its first step without a record, and report
+        the ones that would diverge and why. For a deploy pipeline: run it with the new
+        build before it ships."""
+        if workflow is not None:
+            check_registered(self._host.workflows, workflow)
+        check_page(limit, None, 10**9)
+        if run_ids is not None:
+            run_ids = [check_run_id(r) for r in run_ids]
+        return await replay_check(
+            self.store,
+            self._host.workflows.get,
+            workflows=[workflow] if workflow is not None else sorted(self._host.workflows),
+            run_ids=run_ids,
+            limit=limit,
+            include_ended=include_ended,
         )
 
     async def list_children(self, run_id: str) -> list[RunStatus]:

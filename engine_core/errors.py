@@ -116,3 +116,19 @@ class InvalidScheduleError(EngineError, ValueError):
 
 class ScheduleNotFoundError(EngineError, LookupError):
     """No schedule has this name."""
+
+
+class NonDeterminismError(EngineError):
+    """A replay of a run parted from what the run recorded: the code reached a recorded
+    step as another kind or callable, reached steps in another order, or started a new
+    step before reaching one recorded earlier. The run was suspended; ``.step`` names
+    where code and record part ways, ``.recorded`` and ``.found`` what each holds."""
+
+    def __init__(
+        self, message: str, *, step: str = "", recorded: str = "", found: str = "", reason: str = ""
+    ):
+        super().__init__(message)
+        self.step = step
+        self.recorded = recorded
+        self.found = found
+        self.reason = reason

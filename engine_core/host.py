@@ -52,6 +52,10 @@ class Host:
         self._outages = Outages()
         self._instance_id = uuid.uuid4().hex
         self.workflows: dict[str, WorkflowFn] = {}
+        #: Each workflow's ``version=`` label; with ``pin_versions`` this process
+        #: drives only runs of these versions.
+        self.versions: dict[str, str | None] = {}
+        self.pin_versions = False
         self.step_functions: dict[str, StepFn] = {}
         self.queues: dict[str, QueueLimits] = {}
         self._queue_slots = QueueSlots(self.queues)
@@ -157,6 +161,7 @@ class Host:
             {name: queue_limits(limits) for name, limits in self.queues.items()},
             self._config.concurrency,
             self.slots_used(),
+            [v for v in self.versions.values() if v is not None],
         )
 
     # ---- the Runtime -------------------------------------------------------------
@@ -194,6 +199,12 @@ class Host:
 
     def workflow_names(self) -> Sequence[str]:
         return list(self.workflows)
+
+    def workflow_version(self, name: str) -> str | None:
+        return self.versions.get(name)
+
+    def drives_version(self, run: RunRecord) -> bool:
+        return not self.pin_versions or run.version == self.versions.get(run.workflow)
 
     def step_fn(self, name: str) -> StepFn | None:
         return self.step_functions.get(name)

@@ -18,7 +18,7 @@ RunState = Literal[
     "compensation_failed",
 ]
 StepState = Literal["pending", "running", "scheduled", "succeeded", "failed"]
-StepKind = Literal["inline", "dispatch", "sleep", "event", "child", "compensation"]
+StepKind = Literal["inline", "dispatch", "sleep", "event", "child", "compensation", "patch"]
 
 #: A run in one of these states is owed passes: its body still has work to do.
 ACTIVE: tuple[RunState, ...] = ("running", "compensating")
@@ -92,6 +92,8 @@ class RunRecord:
     #: The ``deadline`` duration the run was started with (seconds): a retry re-arms a
     #: fresh window of it (``deadline_at`` is the due time of the current window).
     deadline_s: float | None = None
+    # The label of the workflow's code that started the run (``version=``), if any.
+    version: str | None = None
 
 
 @dataclass
@@ -176,6 +178,10 @@ class StepRecord:
     # The run's trace, so a worker's span joins it without reading the run.
     traceparent: str | None = None
     history: list[AttemptEntry] = field(default_factory=list)
+    # When the run first started this step, among its steps (0, 1, ...), and what it
+    # ran (see ``engine_core.run.divergence``); None on records older than the check.
+    order: int | None = None
+    ran: str | None = None
 
 
 @dataclass

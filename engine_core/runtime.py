@@ -125,6 +125,13 @@ class Runtime(Protocol):
     def workflow_names(self) -> Sequence[str]:
         """Every registered workflow name."""
 
+    def workflow_version(self, name: str) -> str | None:
+        """The ``version=`` label the workflow was registered with, if any."""
+
+    def drives_version(self, run: RunRecord) -> bool:
+        """Whether this process may drive ``run`` (``pin_versions``: only the runs of
+        the versions it registers)."""
+
     def step_fn(self, name: str) -> StepFn | None:
         """The registered step function, or None."""
 

@@ -1,4 +1,4 @@
-"""What ``engine.status`` and ``engine.history`` return."""
+"""What ``engine.status``, ``engine.history`` and ``engine.replay_check`` return."""
 
 from __future__ import annotations
 
@@ -45,6 +45,8 @@ class RunStatus:
     priority: int = 0
     not_before: datetime | None = None
     deadline_at: datetime | None = None
+    #: The ``version=`` label of the code that started the run, if any.
+    version: str | None = None
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,7 @@ def fold_status(run: RunRecord, steps: list[StepRecord]) -> RunStatus:
         priority=run.priority,
         not_before=run.not_before,
         deadline_at=run.deadline_at,
+        version=run.version,
     )
 
 
@@ -133,3 +136,24 @@ def timeline(run: RunRecord, steps: list[StepRecord]) -> list[TimelineEntry]:
                 entries.append(TimelineEntry(key, inflight.attempt, "running", inflight.started_at))
     entries.sort(key=lambda e: e.at)  # stable: ties keep step order, then attempt order
     return entries
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """A stored run that this code would not replay as recorded: at ``step``, the
+    record holds ``recorded`` and the code ``found``; ``reason`` says how they part."""
+
+    run_id: str
+    step: str
+    recorded: str
+    found: str
+    reason: str
+
+
+@dataclass
+class ReplayReport:
+    """What ``engine.replay_check`` found: how many runs it replayed, and which of them
+    would diverge."""
+
+    checked: int
+    diverged: list[Divergence] = field(default_factory=list)

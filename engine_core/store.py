@@ -200,12 +200,13 @@ class Store(Protocol):
         prefix: str | None = None,
         created_since: datetime | None = None,
         created_before: datetime | None = None,
+        version: str | None = None,
     ) -> list[RunRecord]:
         """Runs ordered by id, starting after the id ``after`` (keyset pagination).
 
         ``prefix``: only ids that start with it (compared as plain characters, never as a
         pattern). ``created_since`` (inclusive) and ``created_before`` (exclusive): only
-        runs created in that range."""
+        runs created in that range. ``version``: only runs started with that label."""
 
     async def delete_runs(self, *, finished_before: datetime, limit: int) -> int:
         """Delete up to ``limit`` terminal runs last updated before ``finished_before``,
@@ -296,6 +297,10 @@ class Store(Protocol):
     async def load_steps(self, run_id: str) -> list[StepRecord]:
         """Every step record of the run (merge its ``journal`` for the latest outcomes:
         :func:`engine_core.journal.merged_steps`)."""
+
+    async def load_steps_of(self, run_ids: Sequence[str]) -> dict[str, list[StepRecord]]:
+        """:meth:`load_steps` for many runs at once (an offline check reads thousands):
+        every step record of each run, by run id (runs with none map to ``[]``)."""
 
     async def get_step(self, run_id: str, key: str) -> StepRecord | None:
         """One step record, or None (a step whose outcome is only in its run's journal

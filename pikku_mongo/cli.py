@@ -1,6 +1,6 @@
 """``pikku-mongo``: see and steer runs from a terminal. Reads ``MONGODB_URI``.
 
-    pikku-mongo runs list [--workflow W] [--status S] [--limit N] [--after ID]
+    pikku-mongo runs list [--workflow W] [--status S] [--version V] [--limit N] [--after ID]
     pikku-mongo runs show RUN_ID
     pikku-mongo runs cancel RUN_ID [--compensate]
     pikku-mongo runs suspend RUN_ID | resume RUN_ID | retry RUN_ID
@@ -11,13 +11,15 @@
     pikku-mongo prune --older-than 30d
     pikku-mongo init
     pikku-mongo doctor
+    pikku-mongo replay-check --app MODULE:ATTR [--workflow W] [--limit N] [--include-ended]
     pikku-mongo ui [--host 127.0.0.1] [--port 8642] [--token T] [--read-only] [--refresh S]
                    [--metrics]
 
 Every command but ``ui`` takes ``--json``. Errors are one line on stderr, with exit code 1
 (2 for bad usage). A server that does not answer fails a command within about
 ``SERVER_TIMEOUT_S`` seconds (unless the URI sets ``serverSelectionTimeoutMS`` itself).
-``doctor`` exits 1 when a check fails.
+``doctor`` exits 1 when a check fails; ``replay-check`` exits 1 when a stored run
+would diverge on the app's code (see ``pikku_mongo.replay_cli``).
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ from engine_core import Engine, EngineError, RunStatus
 from engine_core.records import RunState
 from pikku_mongo.doctor import diagnose, render
 from pikku_mongo.errors import ServerUnreachableError
+from pikku_mongo.replay_cli import add_parser as add_replay_check
+from pikku_mongo.replay_cli import replay_check_command
 from pikku_mongo.server import ensure_reachable, short_reason
 from pikku_mongo.store import MongoStore, _redact
 
@@ -101,6 +105,7 @@ def _show_run(status: RunStatus, history: list[Any]) -> str:
         f"run       {status.run_id}",
         f"workflow  {status.workflow}",
         f"status    {status.status}",
+        *([f"version   {status.version}"] if status.version is not None else []),
         f"created   {_time(status.created_at)}",
         f"updated   {_time(status.updated_at)}",
     ]
@@ -116,6 +121,9 @@ def _show_run(status: RunStatus, history: list[Any]) -> str:
         lines.append(f"output    {_short(status.output, 100)}")
     if status.error:
         lines.append(f"error     {_short(_error_text(status.error), 100)}")
+        if status.error.get("type") == "NonDeterminismError":
+            lines.append(f"  recorded {_short(status.error.get('recorded'), 100)}")
+            lines.append(f"  found    {_short(status.error.get('found'), 100)}")
     rows = [
         [name, step.status, str(step.attempts), _short(_error_text(step.error) or step.result)]
         for name, step in status.steps.items()
@@ -260,17 +268,26 @@ async def _run(args: argparse.Namespace, uri: str) -> Any:
         action = args.action
         if action == "list":
             runs = await engine.list_runs(
-                workflow=args.workflow, status=args.status, limit=args.limit, after=args.after
+                workflow=args.workflow,
+                status=args.status,
+                limit=args.limit,
+                after=args.after,
+                version=args.version,
             )
             headers = ["run", "workflow", "status", "created", "updated"]
             rows = [
                 [r.run_id, r.workflow, r.status, _time(r.created_at), _time(r.updated_at)]
                 for r in runs
             ]
-            if any(r.queue for r in runs):
-                headers.insert(3, "queue")
+            if any(r.version is not None for r in runs):
+                headers.insert(2, "version")
                 for row, r in zip(rows, runs, strict=True):
-                    row.insert(3, _queue_text(r) if r.queue else "-")
+                    row.insert(2, r.version or "-")
+            if any(r.queue for r in runs):
+                at = headers.index("status") + 1
+                headers.insert(at, "queue")
+                for row, r in zip(rows, runs, strict=True):
+                    row.insert(at, _queue_text(r) if r.queue else "-")
             text = _table(headers, rows)
             if len(runs) == args.limit:
                 text += f"\n(more: --after {runs[-1].run_id})"
@@ -344,6 +361,7 @@ def _parser() -> argparse.ArgumentParser:
     listing.add_argument(
         "--status", choices=RUN_STATUSES, metavar="STATUS", help=f"one of {', '.join(RUN_STATUSES)}"
     )
+    listing.add_argument("--version", help="only runs started with this version= label")
     listing.add_argument("--limit", type=int, default=50)
     listing.add_argument("--after", help="the last run id of the previous page")
     for name, text in (
@@ -377,6 +395,7 @@ def _parser() -> argparse.ArgumentParser:
     ):
         action = schedule_actions.add_parser(name, parents=[common], help=text)
         action.add_argument("name")
+    add_replay_check(sub, common)
     ui = sub.add_parser("ui", help="serve the web dashboard (needs the ui extra)")
     ui.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
     ui.add_argument("--port", type=int, default=8642, help="port to listen on (8642)")
@@ -445,12 +464,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "ui":
         return _ui(args)
     uri = os.environ.get("MONGODB_URI")
-    if not uri:
+    if not uri and args.command != "replay-check":  # the app's engine has its own store
         print("pikku-mongo: set MONGODB_URI (with a database name in its path)", file=sys.stderr)
         return 1
+    uri = uri or ""
     code = 0
     try:
-        if args.command == "doctor":
+        if args.command == "replay-check":
+            data, text, code = asyncio.run(replay_check_command(args))
+        elif args.command == "doctor":
             data, text, code = asyncio.run(_doctor(uri))
         else:
             data, text = asyncio.run(_run(args, uri))

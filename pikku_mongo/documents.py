@@ -120,6 +120,7 @@ def run_to_doc(run: RunRecord) -> Doc:
         "journal": {inflight_field(k): step_to_text(s) for k, s in run.journal.items()},
         "changed": {inflight_field(k): pack(k) for k in run.changed},
         "keys": run.key_scheme,
+        "version": pack_opt(run.version),
         **flow_fields(run),
     }
 
@@ -241,6 +242,7 @@ def run_from_doc(doc: Doc) -> RunRecord:
         not_before=opt_from_us(doc.get("not_before_us")),
         deadline_at=opt_from_us(doc.get("deadline")),
         deadline_s=float(doc["deadline_s"]) if doc.get("deadline_s") is not None else None,
+        version=unpack_opt(doc.get("version")),
     )
 
 
@@ -355,6 +357,8 @@ def step_from_doc(doc: Doc) -> StepRecord:
         notified=bool(get("notified")),
         traceparent=get("traceparent"),
         history=[entry_from_text(e) for e in cast(list[str], doc.get("history") or [])],
+        order=doc.get("order"),
+        ran=doc.get("ran"),
     )
 
 

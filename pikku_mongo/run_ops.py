@@ -425,6 +425,7 @@ class RunOps(SkewBound):
         prefix: str | None = None,
         created_since: datetime | None = None,
         created_before: datetime | None = None,
+        version: str | None = None,
     ) -> list[RunRecord]:
         """1 find: by ``_id`` order with a limit; ``after`` and ``prefix`` are bounds on
         ``_id``, so the ``_id`` index serves them."""
@@ -435,6 +436,8 @@ class RunOps(SkewBound):
             query["workflow"] = eq(pack(cast(str, workflow)))
         if check_opt_str(status, "run status") is not None:
             query["status"] = eq(status)
+        if check_opt_str(version, "version") is not None:
+            query["version"] = eq(pack(cast(str, version)))
         ids: Doc = {}
         if check_opt_str(prefix, "run id prefix") is not None:
             ids.update(id_prefix_range(cast(str, prefix)))

@@ -59,6 +59,18 @@ class StepOps(SkewBound):
         return [step_from_doc(doc) for doc in await cursor.to_list()]
 
     @transient_retry
+    async def load_steps_of(self, run_ids: Sequence[str]) -> dict[str, list[StepRecord]]:
+        """1 find by ``run_id`` (``$in``; plus a getMore per further batch)."""
+        found: dict[str, list[StepRecord]] = {check_str(run_id, "run id"): [] for run_id in run_ids}
+        if not found:
+            return found
+        cursor = self.steps.find({"run_id": {"$in": [pack(r) for r in sorted(found)]}})
+        for doc in await cursor.to_list():
+            step = step_from_doc(doc)
+            found.setdefault(step.run_id, []).append(step)
+        return found
+
+    @transient_retry
     async def get_step(self, run_id: str, key: str) -> StepRecord | None:
         """1 find by ``_id``."""
         doc = await self.steps.find_one(step_id(run_id, key))

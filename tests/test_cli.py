@@ -161,3 +161,86 @@ async def test_workers_list(cli: Cli, engine_on: Engine) -> None:
     assert listed["workflows"] == ["cli-wf"] and listed["versions"] == []
     assert listed["pid"] == os.getpid() and isinstance(listed["clock_offset"], float)
     assert as_json(cli("workers", "list", "--json")) == []
+
+
+async def test_runs_list_and_show_give_the_version(cli: Cli, cli_uri: str) -> None:
+    from pikku_mongo import MongoStore
+
+    store = MongoStore.from_uri(cli_uri)
+    engine = Engine(store)
+
+    @engine.workflow("labelled", version="v7")
+    async def labelled(ctx: WorkflowContext, data: Any) -> str:
+        return "ok"
+
+    run_id = await engine.start("labelled", run_id="labelled-1")
+    await engine.drive(run_id)
+    await store.close()
+    listed = await asyncio.to_thread(cli, "runs", "list", "--version", "v7")
+    assert "labelled-1" in listed.stdout and "v7" in listed.stdout
+    assert (
+        "labelled-1" not in (await asyncio.to_thread(cli, "runs", "list", "--version", "v8")).stdout
+    )
+    shown = await asyncio.to_thread(cli, "runs", "show", run_id)
+    assert "version   v7" in shown.stdout
+
+
+_APP = """
+import os
+from engine_core import Engine
+from pikku_mongo import MongoStore
+
+engine = Engine(MongoStore.from_uri(os.environ["MONGODB_URI"]))
+
+
+def first():
+    return 1
+
+
+def second():
+    return 2
+
+
+@engine.workflow("deployed")
+async def deployed(ctx, data):
+    if os.environ.get("APP_BUILD") == "new":
+        await ctx.step("second", second)
+    await ctx.step("first", first)
+    return await ctx.wait_for_event("go")
+"""
+
+
+async def test_replay_check_exits_non_zero_when_a_run_would_diverge(
+    cli_uri: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib
+
+    (tmp_path / "deploy_app.py").write_text(_APP)
+    monkeypatch.setenv("MONGODB_URI", cli_uri)
+    monkeypatch.delenv("APP_BUILD", raising=False)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    app = importlib.import_module("deploy_app")
+    run_id = await app.engine.start("deployed", run_id="live-1")
+    await app.engine.drive(run_id)
+    await app.engine.store.close()
+
+    def check(build: str, *extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "pikku_mongo.cli", "replay-check", "--app", "deploy_app:engine",
+             *extra],
+            env={**os.environ, "MONGODB_URI": cli_uri, "APP_BUILD": build},
+            cwd=tmp_path, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+
+    same = await asyncio.to_thread(check, "old")
+    assert same.returncode == 0, same.stderr
+    assert "replayed 1 run(s): 0 would diverge" in same.stdout
+    moved = await asyncio.to_thread(check, "new", "--json")
+    assert moved.returncode == 1, moved.stderr
+    data = json.loads(moved.stdout)
+    assert data["checked"] == 1 and data["diverged"][0]["run_id"] == "live-1"
+    assert data["diverged"][0]["step"] == "first" and "second" in data["diverged"][0]["found"]
+    text = await asyncio.to_thread(check, "new", "--workflow", "deployed")
+    assert text.returncode == 1 and "run live-1, step 'first'" in text.stdout
+    bad = await asyncio.to_thread(check, "old", "--workflow", "nope")
+    assert bad.returncode == 1 and "nope" in bad.stderr and "\n" not in bad.stderr.strip()

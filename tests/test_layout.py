@@ -35,6 +35,7 @@ LAYERS: list[set[str]] = [
         "memory",
         "runtime",
         "run.context",
+        "run.divergence",
         "run.transitions",
         "run.leases",
         "flow.queue_slots",
@@ -52,14 +53,16 @@ LAYERS: list[set[str]] = [
         "testing.flow_cases",
         "testing.schedule_cases",
         "testing.worker_cases",
+        "testing.replay_cases",
     },
     {"testing.conformance"},
     {"testing"},
     {"run.pass_state"},
-    {"run.inline", "run.waits"},
+    {"run.inline", "run.waits", "run.patches"},
     {"run.run_pass"},
     {
         "run.driver",
+        "run.replay_check",
         "fleet.worker",
         "fleet.recovery",
         "flow.admission",
@@ -214,6 +217,7 @@ def test_engine_core_knows_nothing_of_mongodb() -> None:
 
 def test_the_public_surface_of_engine_core() -> None:
     assert sorted(engine_core.__all__) == [
+        "Divergence",
         "DuplicateRunError",
         "Engine",
         "EngineError",
@@ -223,10 +227,12 @@ def test_the_public_surface_of_engine_core() -> None:
         "InvalidNameError",
         "InvalidRunIdError",
         "InvalidScheduleError",
+        "NonDeterminismError",
         "NotSerializableError",
         "QueueNotDeclaredError",
         "QueueStatus",
         "RecoveryReport",
+        "ReplayReport",
         "RunMirror",
         "RunNotFoundError",
         "RunStatus",
@@ -287,4 +293,5 @@ def test_the_engine_exposes_no_mechanism_as_public_api() -> None:
         "list_workers",
         "queue",
         "list_queues",
+        "replay_check",
     }

@@ -100,6 +100,7 @@ def describe(
     queues: dict[str, dict[str, object]],
     concurrency: int,
     slots_used: int,
+    versions: Sequence[str] = (),
 ) -> Worker:
     """A record of this process (times filled in by :meth:`Registry.record`)."""
     epoch = datetime.fromtimestamp(0).astimezone()
@@ -107,8 +108,7 @@ def describe(
         instance_id=instance_id,
         host=socket.gethostname(),
         pid=os.getpid(),
-        # Workflows have no versions yet: none is recorded.
-        versions=[],
+        versions=sorted(set(versions)),
         workflows=sorted(workflows),
         step_functions=sorted(step_functions),
         queues=queues,

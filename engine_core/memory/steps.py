@@ -26,6 +26,13 @@ class StepMemory:
     async def load_steps(self, run_id: str) -> list[StepRecord]:
         return [clone(s) for (rid, _), s in self._steps.items() if rid == run_id]
 
+    async def load_steps_of(self, run_ids: Sequence[str]) -> dict[str, list[StepRecord]]:
+        found: dict[str, list[StepRecord]] = {run_id: [] for run_id in run_ids}
+        for (rid, _), step in self._steps.items():
+            if rid in found:
+                found[rid].append(clone(step))
+        return found
+
     async def get_step(self, run_id: str, key: str) -> StepRecord | None:
         step = self._steps.get((run_id, key))
         return clone(step) if step is not None else None

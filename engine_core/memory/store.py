@@ -288,6 +288,7 @@ class InMemoryStore(StepMemory, EventLeaseMemory, FlowMemory, WorkerMemory):
         prefix: str | None = None,
         created_since: datetime | None = None,
         created_before: datetime | None = None,
+        version: str | None = None,
     ) -> list[RunRecord]:
         found = sorted(
             (
@@ -299,6 +300,7 @@ class InMemoryStore(StepMemory, EventLeaseMemory, FlowMemory, WorkerMemory):
                 and (prefix is None or r.run_id.startswith(prefix))
                 and (created_since is None or r.created_at >= created_since)
                 and (created_before is None or r.created_at < created_before)
+                and (version is None or r.version == version)
             ),
             key=lambda r: r.run_id,
         )

@@ -12,6 +12,7 @@ from engine_core.convert import declared_return, from_json
 from engine_core.durations import Duration
 from engine_core.errors import StoreUnavailableError
 from engine_core.outages import StoreDown
+from engine_core.values import check_name
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,8 @@ class StepRunner(Protocol):
     async def event_step(self, name: str, timeout: Duration | None) -> Any: ...
 
     async def child_step(self, name: str, workflow: str, input: Any) -> Any: ...
+
+    async def patched(self, patch_id: str) -> bool: ...
 
 
 _T = TypeVar("_T")
@@ -433,6 +436,18 @@ class WorkflowContext:
         output = await self._pass.child_step(name, workflow, input)
         declared = returns if returns is not None else declared_return(fn)
         return as_declared(output, declared, f"the output of child step {name!r}")
+
+    @_outage_ends_the_pass
+    async def patched(self, patch_id: str) -> bool:
+        """True on a run that reaches this point on new code (a marker, riding the next
+        write, keeps it True on every replay); False on a run whose records show it
+        passed this point on old code. See DESIGN 3d."""
+        return await self._pass.patched(patch_id)
+
+    def deprecate_patch(self, patch_id: str) -> None:
+        """Once no run from before patch ``patch_id`` remains: records nothing and
+        accepts runs with or without its marker."""
+        check_name(patch_id, "patch id")
 
 
 def registered_name(fn: Callable[..., Any], kind: str) -> str | None:

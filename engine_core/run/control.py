@@ -230,6 +230,7 @@ class RunControl:
         child = RunRecord(
             run_id=child_id,
             workflow=workflow,
+            version=self.runtime.workflow_version(workflow),
             status="running",
             input=input,
             created_at=now,

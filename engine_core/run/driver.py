@@ -180,8 +180,9 @@ class Driver:
         if run.status not in ACTIVE:
             await self.store.release_pass(run_id, token=token)
             return "terminal"
-        if self.runtime.workflow_fn(run.workflow) is None:
-            # Not ours to run: leave the pass owed for an engine that has it.
+        if self.runtime.workflow_fn(run.workflow) is None or not self.runtime.drives_version(run):
+            # Not ours to run (or, with ``pin_versions``, another version's): leave the
+            # pass owed for an engine that has it.
             await self.store.request_pass(run_id)
             await self.store.release_pass(run_id, token=token)
             return "terminal"

@@ -25,6 +25,7 @@ from engine_core.errors import NotSerializableError, RecordTooLargeError, StepFa
 from engine_core.records import StepKind, utcnow
 from engine_core.run.attempt import error_info, run_attempt
 from engine_core.run.context import StepInfo
+from engine_core.run.divergence import callable_name
 from engine_core.run.pass_state import Parked, PassState, stored_failure
 from engine_core.run.threads import runs_in_thread
 from engine_core.run.transitions import attempt_ended, attempt_lost
@@ -51,6 +52,8 @@ async def inline_step(
 ) -> Any:
     """``ctx.step``: the recorded result, or run the step here now."""
     key = p.key(name)
+    if (check := p.checks.reach(key, "inline", callable_name(fn))) is not None:
+        await check
     attempts = check_retries(retries) + 1
     delay = check_retry_delay(retry_delay)
     limit = parse_duration(timeout, what="timeout") if timeout is not None else None

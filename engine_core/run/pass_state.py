@@ -38,6 +38,7 @@ from engine_core.mirror import mirror_step
 from engine_core.outages import StoreDown
 from engine_core.records import RunRecord, RunState, StepRecord, utcnow
 from engine_core.run.control import RunControl
+from engine_core.run.divergence import Diverged, ReplayChecks
 from engine_core.run.keys import step_key
 from engine_core.run.transitions import Transition
 from engine_core.runtime import Runtime
@@ -62,7 +63,7 @@ class ReplayEnd(BaseException):
 
 
 #: The control signals a pass raises through the body, strongest first.
-SIGNALS: tuple[type[BaseException], ...] = (StoreDown, Parked, Stopped, ReplayEnd)
+SIGNALS: tuple[type[BaseException], ...] = (StoreDown, Diverged, Parked, Stopped, ReplayEnd)
 
 
 def stored_failure(step: StepRecord) -> StepFailedError:
@@ -95,7 +96,10 @@ def kept_in_journal(step: StepRecord) -> bool:
     """Whether an outcome may stay in the run's journal once the pass ends: a finished
     inline step. Anything else (a wake of a sleep or an event, a retry waiting out its
     delay) must be in its step record, where recovery's sweeps look."""
-    return step.kind in ("inline", "compensation") and step.status in ("succeeded", "failed")
+    return step.kind in ("inline", "compensation", "patch") and step.status in (
+        "succeeded",
+        "failed",
+    )
 
 
 class PassState:
@@ -118,6 +122,8 @@ class PassState:
         self.status: RunState = run.status
         #: A compensating run replays only to learn its compensations.
         self.replay_only = run.status == "compensating"
+        #: What this pass reached of the recorded steps (divergence, patches).
+        self.checks = ReplayChecks(self.steps, enabled=not self.replay_only)
         self.compensations: dict[str, Callable[[Any], Any]] = {}
         self.traceparent: str | None = run.wire.get("traceparent")
         #: Set when the pass ended because this process is shutting down.
@@ -198,6 +204,8 @@ class PassState:
             # Shutting down: start nothing new; end the pass as if parked.
             self.requeue = True
             raise Parked()
+        if self.checks.mismatch is not None:
+            raise Diverged(self.checks.mismatch)  # a divergent pass starts nothing more
         outcomes, done, forget = await self._take()
         started = utcnow()
         try:
@@ -252,6 +260,7 @@ class PassState:
             record = StepRecord(
                 run_id=self.run.run_id, key=key, kind=changes["kind"], status=changes["status"]
             )
+            self.checks.stamp(record)
         else:
             # A new record, so the journal's copy of the old one stays as it was written.
             record = object.__new__(StepRecord)

@@ -9,10 +9,13 @@ delay) is armed and the pass ends, holding nothing while the run waits.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from typing import Any, Literal
 
+import engine_core.lifecycle_log as lifecycle_log
 import engine_core.run.inline as inline
+import engine_core.run.patches as patches
 import engine_core.run.waits as waits
 from engine_core.convert import declared_parameter, from_json
 from engine_core.durations import Duration
@@ -21,6 +24,7 @@ from engine_core.outages import StoreDown
 from engine_core.records import RunState, StepRecord, utcnow
 from engine_core.run.attempt import error_info
 from engine_core.run.context import ValueMismatch, WorkflowContext, as_declared
+from engine_core.run.divergence import Mismatch
 from engine_core.run.keys import compensation_key
 from engine_core.run.pass_state import SIGNALS, Parked, PassState, Stopped
 from engine_core.tracing import run_log_context
@@ -30,6 +34,8 @@ from engine_core.values import check_fits, to_stored
 #: fenced it out, this process is shutting down and the run is owed to the fleet, or the
 #: store went away.
 PassEnd = Literal["terminal", "parked", "stopped", "requeued", "unavailable"]
+
+log = logging.getLogger("engine_core")
 
 
 class RunPass(PassState):
@@ -56,6 +62,8 @@ class RunPass(PassState):
         except BaseException as exc:
             failure = exc
         await self.drain()
+        if self.checks.mismatch is not None:
+            return await self._diverged(self.checks.mismatch)
         signal = _signal_in(failure)
         if signal is Stopped:
             return "stopped"
@@ -114,6 +122,21 @@ class RunPass(PassState):
             return "stopped"
         return "requeued" if self.requeue else "parked"
 
+    async def _diverged(self, mismatch: Mismatch) -> PassEnd:
+        """The code parted from the record: write nothing more, suspend the run with
+        the divergence as its error (``engine.resume`` after a fixed deploy replays)."""
+        error = mismatch.error_info()
+        lifecycle_log.pass_diverged(self.run, mismatch.step, error["message"])
+        try:
+            if not await self._settle("suspended", None, error):
+                return "stopped"
+        except Stopped:
+            return "stopped"
+        # As ``engine.suspend``: the run's queue jobs start no more until it is resumed.
+        await self.store.halt_steps(self.run_id, True)
+        await self.control.reconcile_halt(self.run_id)
+        return "stopped"
+
     async def _fail(self, failure: BaseException) -> PassEnd:
         error = error_info(failure)
         # Queue jobs of a failing run must not start any more.
@@ -133,6 +156,7 @@ class RunPass(PassState):
         """A recorded value no longer fits the code: the run is suspended with the error,
         as a divergent one is; ``engine.resume`` after a fixed deploy replays it again."""
         error = {**error_info(failure), "type": "NonDeterminismError"}
+        lifecycle_log.pass_diverged(self.run, error.get("step"), error["message"])
         await self.store.halt_steps(self.run.run_id, True)
         return await self._end("suspended", None, error)
 
@@ -240,6 +264,9 @@ class RunPass(PassState):
 
     async def child_step(self, name: str, workflow: str, input: Any) -> Any:
         return await waits.child_step(self, name, workflow, input)
+
+    async def patched(self, patch_id: str) -> bool:
+        return await patches.patched(self, patch_id)
 
 
 def _signal_in(exc: BaseException | None) -> type[BaseException] | None:

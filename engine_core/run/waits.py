@@ -36,6 +36,7 @@ def _scheduled(
         scheduled_at=now,
         updated_at=now,
         traceparent=p.traceparent,
+        **p.checks.identity(key),
         **fields,
     )
 
@@ -67,6 +68,8 @@ async def dispatch_step(
     """``ctx.dispatch``: the recorded result, or put the step on the queue and park."""
     key = p.key(name)
     check_name(function, "step function name")
+    if (check := p.checks.reach(key, "dispatch", function)) is not None:
+        await check
     attempts = check_retries(retries) + 1
     delay = check_retry_delay(retry_delay)
     limit = parse_duration(timeout, what="timeout") if timeout is not None else None
@@ -134,6 +137,8 @@ async def _run_here(p: PassState, job: StepRecord, slot: JobSlot) -> StepRecord 
 async def sleep_step(p: PassState, name: str, duration: Duration) -> None:
     """``ctx.sleep``: arm a durable wake-up, or wake once it is due."""
     key = p.key(name)
+    if (check := p.checks.reach(key, "sleep", None)) is not None:
+        await check
     seconds = parse_duration(duration, what="sleep duration")
     if p.finished(key) is not None:
         return None
@@ -156,6 +161,8 @@ async def event_step(p: PassState, name: str, timeout: Duration | None) -> Any:
     """``ctx.wait_for_event``: the oldest unconsumed event, or wait for one."""
     check_name(name, "event name")
     key = p.key(name)
+    if (check := p.checks.reach(key, "event", name)) is not None:
+        await check
     limit = parse_duration(timeout, what="event timeout") if timeout is not None else None
     done = p.finished(key)
     if done is not None:
@@ -189,6 +196,8 @@ async def child_step(p: PassState, name: str, workflow: str, input: Any) -> Any:
             f"child step {key!r} names workflow {workflow!r}, which is not registered "
             f"on this engine (registered: {sorted(p.runtime.workflow_names())})"
         )
+    if (check := p.checks.reach(key, "child", workflow)) is not None:
+        await check
     done = p.finished(key)
     if done is not None:
         return done.result

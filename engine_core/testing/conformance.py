@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from engine_core.testing.event_lease_cases import EventLeaseCases
 from engine_core.testing.flow_cases import FlowCases
+from engine_core.testing.replay_cases import ReplayRecordCases
 from engine_core.testing.run_cases import RunCases
 from engine_core.testing.schedule_cases import ScheduleCases
 from engine_core.testing.step_cases import StepCases
 from engine_core.testing.worker_cases import WorkerCases
 
 
-class StoreConformance(RunCases, StepCases, EventLeaseCases, ScheduleCases, FlowCases, WorkerCases):
+class StoreConformance(
+    RunCases, StepCases, EventLeaseCases, ScheduleCases, FlowCases, WorkerCases, ReplayRecordCases
+):
     """What every :class:`~engine_core.store.Store` must do. Needs a ``store`` fixture
     that yields a fresh, initialised, empty store."""

@@ -78,6 +78,7 @@ class RunFilters:
 
     workflow: str | None = None
     status: str | None = None
+    version: str | None = None
     prefix: str | None = None
     since: datetime | None = None
     before: datetime | None = None
@@ -90,6 +91,7 @@ class RunFilters:
         pairs = [
             ("workflow", changed.workflow),
             ("status", changed.status),
+            ("version", changed.version),
             ("prefix", changed.prefix),
             ("since", format_time_input(changed.since) or None),
             ("before", format_time_input(changed.before) or None),
@@ -102,7 +104,8 @@ class RunFilters:
     @property
     def filtered(self) -> bool:
         """Whether any filter (beyond the workflow) narrows the list."""
-        return any(v is not None for v in (self.status, self.prefix, self.since, self.before))
+        narrowing = (self.status, self.version, self.prefix, self.since, self.before)
+        return any(v is not None for v in narrowing)
 
 
 def parse_run_filters(params: QueryParams) -> RunFilters:
@@ -121,6 +124,7 @@ def parse_run_filters(params: QueryParams) -> RunFilters:
     return RunFilters(
         workflow=_bounded(_single(params, "workflow"), "workflow", MAX_NAME),
         status=status,
+        version=_bounded(_single(params, "version"), "version", MAX_NAME),
         prefix=_bounded(_single(params, "prefix", nul=True), "prefix", MAX_RUN_ID),
         since=since,
         before=before,

@@ -36,6 +36,7 @@ class RunPages(PageBase):
             self.engine.list_runs(
                 workflow=filters.workflow,
                 status=filters.status,
+                version=filters.version,
                 limit=filters.limit + 1,
                 after=filters.after,
                 prefix=filters.prefix,

@@ -1,0 +1,196 @@
+"""``engine.replay_check``: dry replays of stored runs against this process's code.
+
+Each run's body is replayed against its records with the checks of a real pass
+(:mod:`engine_core.run.divergence`), up to its first step without a finished record,
+and nothing is written: no step runs, no event is consumed, no marker is recorded. A
+run that would diverge is reported with where and why, so a deploy pipeline can refuse
+a build that would break live runs before it ships.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+from engine_core.convert import declared_parameter
+from engine_core.durations import Duration
+from engine_core.journal import merged
+from engine_core.records import RunRecord, StepRecord
+from engine_core.run.context import WorkflowContext, as_declared
+from engine_core.run.divergence import Diverged, ReplayChecks, callable_name
+from engine_core.run.keys import step_key
+from engine_core.run.pass_state import stored_failure
+from engine_core.run.patches import check_patch_id, has_marker
+from engine_core.status import Divergence, ReplayReport
+from engine_core.store import Store
+from engine_core.values import check_name
+
+#: Runs replayed at once (their steps read in one command), and listed at once.
+_BATCH = 256
+_PAGE = 10_000
+#: A body that awaits something else than its steps for this long is left unchecked.
+_BODY_TIMEOUT_S = 10.0
+#: The statuses of runs that have not ended: the ones a deploy can break.
+_LIVE: tuple[str, ...] = ("running", "suspended", "compensating", "queued")
+
+
+class _EndOfRecord(BaseException):
+    """The dry replay reached a step with no finished record: it goes no further."""
+
+
+class DryReplay:
+    """A :class:`~engine_core.run.context.StepRunner` that only reads the records."""
+
+    def __init__(self, run: RunRecord, steps: dict[str, StepRecord]) -> None:
+        self.run = run
+        self.steps = steps
+        self.checks = ReplayChecks(steps, enabled=run.status != "compensating")
+        self._seen: Counter[str] = Counter()
+
+    @property
+    def run_id(self) -> str:
+        return self.run.run_id
+
+    @property
+    def workflow(self) -> str:
+        return self.run.workflow
+
+    async def _recorded(self, name: str, kind: str, ran: str | None) -> Any:
+        check_name(name, "step name")
+        key = step_key(name, self._seen[name], self.run.key_scheme)
+        self._seen[name] += 1
+        if (check := self.checks.reach(key, kind, ran)) is not None:
+            await check
+        step = self.steps.get(key)
+        if step is None or step.status not in ("succeeded", "failed"):
+            raise _EndOfRecord()
+        if step.status == "failed":
+            raise stored_failure(step)
+        return step.result
+
+    def registered(
+        self, kind: Literal["workflow", "step function"], name: str
+    ) -> Callable[..., Any] | None:
+        # A dry replay reads no declared types of other code: a dispatched step's or a
+        # child's value reaches the body as recorded unless the call says ``returns=``.
+        return None
+
+    async def inline_step(
+        self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], **options: Any
+    ) -> Any:
+        return await self._recorded(name, "inline", callable_name(fn))
+
+    async def dispatch_step(self, name: str, function: str, payload: Any, **options: Any) -> Any:
+        return await self._recorded(name, "dispatch", function)
+
+    async def sleep_step(self, name: str, duration: Duration) -> None:
+        await self._recorded(name, "sleep", None)
+
+    async def event_step(self, name: str, timeout: Duration | None) -> Any:
+        return await self._recorded(name, "event", name)
+
+    async def child_step(self, name: str, workflow: str, input: Any) -> Any:
+        return await self._recorded(name, "child", workflow)
+
+    async def patched(self, patch_id: str) -> bool:
+        pid = check_patch_id(patch_id)
+        known = self.checks.patches.get(pid)
+        if known is None:
+            known = has_marker(self.steps, pid) or not await self.checks.behind()
+            self.checks.patches[pid] = known
+        return known
+
+    async def check(self, body: Callable[..., Any]) -> Divergence | None:
+        """Replay ``body``; the divergence it meets, if any."""
+        try:
+            async with asyncio.timeout(_BODY_TIMEOUT_S):
+                what = f"the input of workflow {self.run.workflow!r}"
+                data = as_declared(self.run.input, declared_parameter(body, 1), what)
+                await body(WorkflowContext(self), data)
+        except (Diverged, _EndOfRecord, Exception):
+            pass
+        except BaseExceptionGroup:
+            pass
+        await self.checks.settle()  # branches still replaying beside the one that ended
+        found = self.checks.mismatch
+        if found is None:
+            return None
+        return Divergence(self.run_id, found.step, found.recorded, found.found, found.reason)
+
+
+async def replay_check(
+    store: Store,
+    bodies: Callable[[str], Callable[..., Any] | None],
+    *,
+    workflows: Sequence[str],
+    run_ids: Sequence[str] | None,
+    limit: int,
+    include_ended: bool,
+) -> ReplayReport:
+    """Replay up to ``limit`` stored runs of ``workflows`` (or the runs ``run_ids``)
+    against the registered bodies; reads only."""
+    report = ReplayReport(checked=0, diverged=[])
+    pending: tuple[list[RunRecord], asyncio.Task[dict[str, list[StepRecord]]]] | None = None
+    async for batch in _runs(store, workflows, run_ids, limit, include_ended):
+        # The next batch's steps are read while this one replays.
+        loading = asyncio.ensure_future(store.load_steps_of([r.run_id for r in batch]))
+        if pending is not None:
+            await _replay(report, bodies, *pending)
+        pending = (batch, loading)
+    if pending is not None:
+        await _replay(report, bodies, *pending)
+    return report
+
+
+async def _replay(
+    report: ReplayReport,
+    bodies: Callable[[str], Callable[..., Any] | None],
+    batch: list[RunRecord],
+    loading: asyncio.Task[dict[str, list[StepRecord]]],
+) -> None:
+    loaded = await loading
+    replays = [
+        (DryReplay(run, merged(run, loaded.get(run.run_id, []))), body)
+        for run in batch
+        if (body := bodies(run.workflow)) is not None
+    ]
+    # Side by side: a replay that must wait for branches of its body to catch up (an
+    # apparent swap) waits beside the others, not before them.
+    found = await asyncio.gather(*(replay.check(body) for replay, body in replays))
+    report.checked += len(replays)
+    report.diverged += [d for d in found if d is not None]
+
+
+async def _runs(
+    store: Store,
+    workflows: Sequence[str],
+    run_ids: Sequence[str] | None,
+    limit: int,
+    include_ended: bool,
+) -> Any:
+    """The runs to check, in batches, at most ``limit`` of them."""
+    left = limit
+    if run_ids is not None:  # named runs: ended ones too only with ``include_ended``
+        wanted = list(dict.fromkeys(run_ids))[:limit]
+        for i in range(0, len(wanted), _BATCH):
+            found = await store.get_runs(
+                wanted[i : i + _BATCH], status_in=None if include_ended else _LIVE
+            )
+            yield [r for r in found if r.workflow in workflows]
+        return
+    statuses: Sequence[str | None] = [None] if include_ended else _LIVE
+    for workflow in workflows:
+        for status in statuses:
+            after: str | None = None
+            while left > 0:
+                page = await store.list_runs(
+                    workflow=workflow, status=status, limit=min(left, _PAGE), after=after
+                )
+                if not page:
+                    break
+                after = page[-1].run_id
+                left -= len(page)
+                for i in range(0, len(page), _BATCH):
+                    yield page[i : i + _BATCH]

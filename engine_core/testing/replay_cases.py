@@ -1,0 +1,67 @@
+"""Conformance cases for what divergence detection and versions keep on records: a step's
+order and callable (in its record and in the run's journal), a run's version label."""
+
+from __future__ import annotations
+
+from engine_core.records import utcnow
+from engine_core.store import Store
+from engine_core.testing.builders import begin, done_step, make_job, make_run
+
+
+class ReplayRecordCases:
+    """What a store must keep for replays to be checked (DESIGN 3d)."""
+
+    async def test_a_step_keeps_its_order_and_callable(self, store: Store) -> None:
+        job = make_job("run-1", "j", order=3, ran="send-email")
+        assert await store.insert_step(job)
+        saved = done_step("run-1", "s", result=1)
+        saved.order, saved.ran = 0, "app.steps:charge"
+        await store.save_steps([saved])
+        got = {s.key: s for s in await store.load_steps("run-1")}
+        assert (got["j"].order, got["j"].ran) == (3, "send-email")
+        assert (got["s"].order, got["s"].ran) == (0, "app.steps:charge")
+        old = done_step("run-1", "old")  # a record from before the check says nothing
+        await store.save_steps([old])
+        again = await store.get_step("run-1", "old")
+        assert again is not None and (again.order, again.ran) == (None, None)
+
+    async def test_the_journal_keeps_order_and_callable(self, store: Store) -> None:
+        await store.insert_run(make_run())
+        token = await begin(store)
+        first = done_step("run-1", "a", result={"$set": 1})
+        first.order, first.ran = 0, "m:f.<locals>.<lambda>"
+        marker = done_step("run-1", "patched:p")
+        marker.kind = "patch"
+        assert await store.start_step(
+            "run-1", token=token, status="running", key="b", attempt=1, started_at=utcnow(),
+            done=["a"], outcomes=[first, marker],
+        )  # fmt: skip
+        got = await store.get_run("run-1")
+        assert got is not None
+        assert got.journal["a"].order == 0 and got.journal["a"].ran == "m:f.<locals>.<lambda>"
+        assert got.journal["patched:p"].kind == "patch"
+
+    async def test_a_run_keeps_its_version_and_lists_filter_by_it(self, store: Store) -> None:
+        await store.insert_run(make_run("r-1", version="2026-12"))
+        await store.insert_run(make_run("r-2", version="$ne"))
+        await store.insert_run(make_run("r-3"))
+        got = await store.get_run("r-1")
+        assert got is not None and got.version == "2026-12"
+        listed = await store.list_runs(
+            workflow=None, status=None, limit=10, after=None, version="2026-12"
+        )
+        assert [r.run_id for r in listed] == ["r-1"]
+        odd = await store.list_runs(workflow=None, status=None, limit=10, after=None, version="$ne")
+        assert [r.run_id for r in odd] == ["r-2"]
+        every = await store.list_runs(workflow=None, status=None, limit=10, after=None)
+        assert [r.version for r in every] == ["2026-12", "$ne", None]
+
+    async def test_load_steps_of_many_runs_at_once(self, store: Store) -> None:
+        await store.save_steps([done_step("run-1", "a"), done_step("run-1", "b")])
+        await store.insert_step(make_job("run-2", "j"))
+        await store.save_steps([done_step("run-3", "c")])
+        got = await store.load_steps_of(["run-1", "run-2", "empty"])
+        assert sorted(got) == ["empty", "run-1", "run-2"]
+        assert sorted(s.key for s in got["run-1"]) == ["a", "b"]
+        assert [s.key for s in got["run-2"]] == ["j"] and got["empty"] == []
+        assert await store.load_steps_of([]) == {}

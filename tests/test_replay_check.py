@@ -1,0 +1,103 @@
+"""``engine.replay_check`` (DESIGN 3d): dry replays of stored runs against this code,
+writing nothing, listing the runs that would diverge and why."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from engine_core import Engine, ReplayReport, WorkflowContext, WorkflowNotRegisteredError
+from engine_core.memory import InMemoryStore
+from engine_core.memory.cloning import clone
+from engine_core.store import Store
+
+
+def charge() -> str:
+    return "charged"
+
+
+def ship() -> str:
+    return "shipped"
+
+
+async def _contents(store: Store) -> Any:
+    """Everything the store holds, to compare before and after."""
+    if isinstance(store, InMemoryStore):
+        return clone((store._runs, store._steps, store._events, store._leases, store._queues))
+    db = store.database  # type: ignore[attr-defined]
+    out = {}
+    for name in sorted(await db.list_collection_names()):
+        out[name] = sorted([d async for d in db[name].find({})], key=lambda d: repr(d.get("_id")))
+    return out
+
+
+def _order(engine: Engine, code: dict[str, int]) -> None:
+    @engine.workflow("order")
+    async def order(ctx: WorkflowContext, data: Any) -> list[str]:
+        if code["v"] == 1:
+            out = [await ctx.step("charge", charge)]
+        elif code["v"] == 2:  # moved: ship first
+            out = [await ctx.step("ship", ship)]
+        else:  # the same move, guarded by a patch
+            out = []
+            if await ctx.patched("ship-first"):
+                out.append(await ctx.step("ship", ship))
+            out.append(await ctx.step("charge", charge))
+        await ctx.wait_for_event("go")
+        return out
+
+    @engine.workflow("other")
+    async def other(ctx: WorkflowContext, data: Any) -> str:
+        await ctx.wait_for_event("go")
+        return "ok"
+
+
+async def _wait_parked(engine: Engine, run_ids: list[str]) -> None:
+    for _ in range(300):
+        states = [await engine.status(r) for r in run_ids]
+        if all("go" in s.steps for s in states):
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(states)
+
+
+async def test_replay_check_lists_the_runs_that_would_diverge_and_writes_nothing(
+    store: Store, engine: Engine
+) -> None:
+    code = {"v": 1}
+    _order(engine, code)
+    async with engine:
+        old = [await engine.start("order", run_id=f"old-{i}") for i in range(3)]
+        await _wait_parked(engine, old)
+        finished = await engine.start("other", run_id="ended")
+        await engine.send_event(finished, "go", None)
+        assert await engine.result(finished, timeout=10) == "ok"
+        waiting = await engine.start("other", run_id="other-1")
+        await _wait_parked(engine, [waiting])
+    # A new build, checked against the store before it ships (no worker running).
+    code["v"] = 2
+    before = await _contents(store)
+    report = await engine.replay_check()
+    assert isinstance(report, ReplayReport)
+    assert report.checked == 4  # the three orders and the waiting run; not the ended one
+    assert sorted(d.run_id for d in report.diverged) == old
+    first = report.diverged[0]
+    assert first.step == "charge" and "charge" in first.recorded and "'ship'" in first.found
+    assert first.reason
+    assert (await engine.replay_check(workflow="other")).diverged == []
+    assert (await engine.replay_check(include_ended=True)).checked == 5
+    only = await engine.replay_check(run_ids=["old-1", "ended", "missing"])
+    assert only.checked == 1 and [d.run_id for d in only.diverged] == ["old-1"]
+    assert (await engine.replay_check(limit=2)).checked == 2
+    # The patched build replays every old run as recorded.
+    code["v"] = 3
+    patched = await engine.replay_check(workflow="order")
+    assert patched.checked == 3 and patched.diverged == []
+    assert await _contents(store) == before
+
+
+async def test_replay_check_of_an_unknown_workflow_raises(engine: Engine) -> None:
+    with pytest.raises(WorkflowNotRegisteredError):
+        await engine.replay_check(workflow="nope")
