@@ -252,7 +252,7 @@ class Engine:
             created_since=created_since,
             created_before=created_before,
         )
-        return [fold_status(r, []) for r in runs]
+        return [fold_status(r, None) for r in runs]
 
     async def result(self, run_id: str, timeout: float | None = None) -> Any:
         """Wait for the run to end and return its output.
@@ -387,7 +387,7 @@ class Engine:
     async def list_children(self, run_id: str) -> list[RunStatus]:
         """The child runs of the run, ordered by id (without their steps)."""
         children = await self.store.list_child_runs(check_run_id(run_id))
-        return [fold_status(r, []) for r in sorted(children, key=lambda r: r.run_id)]
+        return [fold_status(r, None) for r in sorted(children, key=lambda r: r.run_id)]
 
 
 def _register(registry: dict[str, Any], name: str, what: str) -> Callable[[F], F]:

@@ -68,6 +68,14 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+def _listed(run: RunStatus) -> dict[str, Any]:
+    """A run of a list, as JSON: without ``steps`` (a list does not read them; ``runs
+    show`` does), never a part of them."""
+    data: dict[str, Any] = _jsonable(run)
+    data.pop("steps", None)
+    return data
+
+
 def _time(value: datetime | None) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%S") if value else "-"
 
@@ -247,7 +255,7 @@ async def _run(args: argparse.Namespace, uri: str) -> Any:
             text = _table(headers, rows)
             if len(runs) == args.limit:
                 text += f"\n(more: --after {runs[-1].run_id})"
-            return [_jsonable(r) for r in runs], text
+            return [_listed(r) for r in runs], text
         if action == "show":
             status = await engine.status(args.run_id)
             history = await engine.history(args.run_id)
