@@ -9,15 +9,14 @@ recovery, run control); the engine wires them together through a
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, TypeVar
 
 from engine_core.durations import Duration, parse_duration
-from engine_core.errors import (
-    InvalidRunIdError,
-)
+from engine_core.errors import InvalidRunIdError, StoreUnavailableError
 from engine_core.fleet.recovery import RecoveryReport, WorkflowRecovery
 from engine_core.flow.queue_figures import queue_figures
 from engine_core.flow.queues import add_queue, declare
@@ -83,6 +82,19 @@ class Engine:
     def instance_id(self) -> str:
         """This engine's identity as a holder of leases and claims."""
         return self._host.instance_id
+
+    async def _call(self, fn: Callable[[], Awaitable[_T]], *, again: bool = True) -> _T:
+        """A client call's store work: an unreachable store is waited out up to
+        ``store_timeout``, then :class:`StoreUnavailableError`. ``again=False``: tried
+        once (a repeat would not be the same call), still within ``store_timeout``."""
+        timeout = self.config.store_timeout
+        if again:
+            return await self._host.outages.call(fn, timeout=timeout)
+        try:
+            async with asyncio.timeout(timeout):
+                return await fn()
+        except TimeoutError:
+            raise StoreUnavailableError(f"the store did not answer within {timeout:g} s") from None
 
     # ---- registration ------------------------------------------------------------
 
@@ -186,9 +198,7 @@ class Engine:
         if adopt:
             hold_first_pass(run, self.instance_id, self.config.lease_ttl)
         # A store outage is waited out, up to ``store_timeout``; then a clear error.
-        existing = await host.outages.call(
-            lambda: self.store.insert_run(run), timeout=self.config.store_timeout
-        )
+        existing = await self._call(lambda: self.store.insert_run(run))
         run_id = run.run_id
         if existing is not None:
             if existing.workflow != workflow:
@@ -210,18 +220,20 @@ class Engine:
         return run_id
 
     async def send_event(self, run_id: str, name: str, payload: Any = None) -> None:
-        """Deliver event ``name`` to the run; kept until the run waits for it."""
-        await self._control.send_event(run_id, name, payload)
+        """Deliver event ``name`` to the run; kept until the run waits for it. Raises
+        :class:`RunNotActiveError` (storing nothing) for a run that has ended."""
+        # Not repeated whole: a repeat would store a second event with a new id.
+        await self._call(lambda: self._control.send_event(run_id, name, payload), again=False)
 
     async def status(self, run_id: str) -> RunStatus:
         """The run's status, with each step folded to its latest attempt."""
-        run = await self._control.get(run_id)
-        return fold_status(run, await self.store.load_steps(run_id))
+        run = await self._call(lambda: self._control.get(run_id))
+        return fold_status(run, await self._call(lambda: self.store.load_steps(run_id)))
 
     async def history(self, run_id: str) -> list[TimelineEntry]:
         """Every attempt of every step of the run, with the time of each transition."""
-        run = await self._control.get(run_id)
-        return timeline(run, await self.store.load_steps(run_id))
+        run = await self._call(lambda: self._control.get(run_id))
+        return timeline(run, await self._call(lambda: self.store.load_steps(run_id)))
 
     async def list_runs(
         self,
@@ -243,14 +255,16 @@ class Engine:
         prefix = check_prefix(prefix)
         check_moment(created_since, "created_since")
         check_moment(created_before, "created_before")
-        runs = await self.store.list_runs(
-            workflow=workflow,
-            status=status,
-            limit=limit,
-            after=after,
-            prefix=prefix,
-            created_since=created_since,
-            created_before=created_before,
+        runs = await self._call(
+            lambda: self.store.list_runs(
+                workflow=workflow,
+                status=status,
+                limit=limit,
+                after=after,
+                prefix=prefix,
+                created_since=created_since,
+                created_before=created_before,
+            )
         )
         return [fold_status(r, None) for r in runs]
 
@@ -264,7 +278,7 @@ class Engine:
         try:
             run = await self._host.waiters.wait(run_id, timeout)
         except TimeoutError:
-            now = await self._control.get(run_id)
+            now = await self._call(lambda: self._control.get(run_id))
             if now.status not in TERMINAL:
                 raise TimeoutError(
                     f"run {run_id!r} is still {now.status} after {timeout} s"
@@ -274,15 +288,15 @@ class Engine:
 
     async def cancel(self, run_id: str, *, compensate: bool = False) -> None:
         """Stop the run for good; with ``compensate`` its compensations run first."""
-        await self._control.cancel(run_id, compensate=compensate)
+        await self._call(lambda: self._control.cancel(run_id, compensate=compensate))
 
     async def suspend(self, run_id: str) -> None:
         """Pause the run: no new step of it starts until :meth:`resume`."""
-        await self._control.suspend(run_id)
+        await self._call(lambda: self._control.suspend(run_id))
 
     async def resume(self, run_id: str) -> None:
         """Set a suspended run running again and give it a pass."""
-        await self._control.resume(run_id)
+        await self._call(lambda: self._control.resume(run_id))
 
     async def retry(self, run_id: str) -> None:
         """Give a ``failed`` run a new pass from the step that failed it.
@@ -296,13 +310,14 @@ class Engine:
         :class:`DuplicateRunError` (changing nothing) while another run that has not
         ended holds its dedup id.
         """
-        await self._control.retry(run_id)
+        await self._call(lambda: self._control.retry(run_id))
 
     async def delete_finished_runs(self, older_than: Duration, *, batch: int = 500) -> int:
         """Delete terminal runs last updated more than ``older_than`` ago, with their steps
         and events; runs that are not terminal are never touched. Returns the count."""
         age = parse_duration(older_than, what="older_than")
-        return await self._control.delete_finished(utcnow() - timedelta(seconds=age), batch)
+        before = utcnow() - timedelta(seconds=age)
+        return await self._call(lambda: self._control.delete_finished(before, batch))
 
     async def recover(self, *, startup: bool = False) -> RecoveryReport:
         """Run one recovery pass now and return its report."""
@@ -340,26 +355,28 @@ class Engine:
 
         Raises :class:`WorkflowNotRegisteredError` for a workflow not registered on this
         engine and :class:`InvalidScheduleError` for an unusable timing."""
-        return await self._schedules.create_schedule(
-            name, workflow, cron=cron, every=every, timezone=timezone, input=input
+        return await self._call(
+            lambda: self._schedules.create_schedule(
+                name, workflow, cron=cron, every=every, timezone=timezone, input=input
+            )
         )
 
     async def pause_schedule(self, name: str) -> None:
         """Stop the schedule firing until :meth:`resume_schedule`."""
-        await self._schedules.pause_schedule(name)
+        await self._call(lambda: self._schedules.pause_schedule(name))
 
     async def resume_schedule(self, name: str) -> None:
         """Let a paused schedule fire again, from its next fire after now (the fires
         it missed while paused are not made up)."""
-        await self._schedules.resume_schedule(name)
+        await self._call(lambda: self._schedules.resume_schedule(name))
 
     async def delete_schedule(self, name: str) -> None:
         """Delete the schedule; the runs it started are not touched."""
-        await self._schedules.delete_schedule(name)
+        await self._call(lambda: self._schedules.delete_schedule(name))
 
     async def list_schedules(self) -> list[Schedule]:
         """Every stored schedule, sorted by name (registered on this engine or not)."""
-        return await self._schedules.list_schedules()
+        return await self._call(self._schedules.list_schedules)
 
     async def _start_scheduled(self, workflow: str, input: Any, run_id: str) -> None:
         await self.start(workflow, input, run_id=run_id)
@@ -370,24 +387,28 @@ class Engine:
         """The queues declared on this engine or holding runs in the store, with their
         runs counted (waiting and admitted) and the admissions of this minute and the
         last, sorted by name."""
-        return await queue_figures(self.store, self._host.queues)
+        return await self._call(lambda: queue_figures(self.store, self._host.queues))
 
     async def count_runs(self, workflow: str | None = None) -> dict[str, int]:
         """How many runs (of ``workflow``, when given) are in each status; a status with
         no run is absent."""
         if workflow is not None:
             check_name(workflow, "workflow name")
-        return await self.store.count_runs(workflow=workflow)
+        return await self._call(lambda: self.store.count_runs(workflow=workflow))
 
     async def list_workflows(self) -> list[str]:
         """The names of the workflows that have runs in the store, sorted (registered
         on this engine or not)."""
-        return await self.store.list_workflows()
+        return await self._call(self.store.list_workflows)
 
     async def list_children(self, run_id: str) -> list[RunStatus]:
         """The child runs of the run, ordered by id (without their steps)."""
-        children = await self.store.list_child_runs(check_run_id(run_id))
+        check_run_id(run_id)
+        children = await self._call(lambda: self.store.list_child_runs(run_id))
         return [fold_status(r, None) for r in sorted(children, key=lambda r: r.run_id)]
+
+
+_T = TypeVar("_T")
 
 
 def _register(registry: dict[str, Any], name: str, what: str) -> Callable[[F], F]:

@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import socket
+import time
 from typing import Any
 
 import pytest
 
-from engine_core import Engine, EngineError, RunNotActiveError, WorkflowContext
+from engine_core import (
+    Engine,
+    EngineError,
+    RunNotActiveError,
+    StoreUnavailableError,
+    WorkflowContext,
+)
+from engine_core.memory import InMemoryStore
 
 
 async def test_an_event_to_an_ended_run_is_refused_and_nothing_is_stored(engine: Engine) -> None:
@@ -62,3 +71,51 @@ async def test_a_waiting_step_says_what_it_waits_for(engine: Engine) -> None:
         await engine.cancel(sleeping)
         nap = (await engine.status(sleeping)).steps["nap"]
         assert (nap.status, nap.waiting_for) == ("cancelled", None)
+
+
+class HangingStore(InMemoryStore):
+    """A store whose server stopped answering: every read waits forever."""
+
+    async def get_run(self, run_id: str) -> Any:
+        await asyncio.Event().wait()
+
+    async def list_runs(self, **kwargs: Any) -> Any:
+        await asyncio.Event().wait()
+
+    async def list_schedules(self) -> Any:
+        await asyncio.Event().wait()
+
+
+async def test_every_client_call_gives_up_after_store_timeout() -> None:
+    engine = Engine(HangingStore(), store_timeout="300ms")
+    calls = {
+        "status": lambda: engine.status("r"),
+        "history": lambda: engine.history("r"),
+        "send_event": lambda: engine.send_event("r", "go"),
+        "cancel": lambda: engine.cancel("r"),
+        "list_runs": lambda: engine.list_runs(),
+        "list_schedules": lambda: engine.list_schedules(),
+    }
+    for name, call in calls.items():
+        began = time.monotonic()
+        with pytest.raises(StoreUnavailableError, match=r"did not answer within 0\.3 s"):
+            await call()
+        assert time.monotonic() - began < 2, name
+
+
+async def test_a_client_on_a_dead_server_raises_store_unavailable() -> None:
+    from pikku_mongo import MongoStore
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    store = MongoStore.from_uri(f"mongodb://127.0.0.1:{port}/app")
+    engine = Engine(store, store_timeout="1s")
+    try:
+        for call in (lambda: engine.status("r"), lambda: engine.list_runs()):
+            began = time.monotonic()
+            with pytest.raises(StoreUnavailableError):
+                await call()
+            assert time.monotonic() - began < 5
+    finally:
+        await store.close()
