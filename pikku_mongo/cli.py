@@ -1,4 +1,4 @@
-"""``pikku-mongo``: see and steer runs from a terminal. Reads ``MONGODB_URI``.
+"""``pikku-mongo``: see and steer runs from a terminal. Reads ``--uri`` or ``MONGODB_URI``.
 
     pikku-mongo runs list [--workflow W] [--status S] [--limit N] [--after ID]
     pikku-mongo runs show RUN_ID
@@ -12,7 +12,9 @@
     pikku-mongo doctor
     pikku-mongo ui [--host 127.0.0.1] [--port 8642] [--token T] [--read-only] [--refresh S]
 
-Every command but ``ui`` takes ``--json``. Errors are one line on stderr, with exit code 1
+Every command takes ``--uri URI`` (before or after the command) in place of
+``MONGODB_URI``; ``pikku-mongo --version`` prints the version. Every command but ``ui``
+takes ``--json``. Errors are one line on stderr, with exit code 1
 (2 for bad usage). A server that does not answer fails a command within about
 ``SERVER_TIMEOUT_S`` seconds (unless the URI sets ``serverSelectionTimeoutMS`` itself).
 ``doctor`` exits 1 when a check fails.
@@ -28,11 +30,13 @@ import sys
 from collections.abc import Sequence
 from dataclasses import asdict, is_dataclass
 from datetime import datetime
+from importlib import metadata
 from typing import Any, get_args
 
 from pymongo.errors import ConnectionFailure
 
 from engine_core import Engine, EngineError, RunStatus
+from engine_core.durations import parse_duration
 from engine_core.records import RunState
 from pikku_mongo.doctor import diagnose, render
 from pikku_mongo.errors import ServerUnreachableError
@@ -41,6 +45,8 @@ from pikku_mongo.store import MongoStore, _redact
 
 #: The statuses ``runs list --status`` accepts.
 RUN_STATUSES: tuple[str, ...] = tuple(get_args(RunState))
+NO_URI = "pass --uri or set MONGODB_URI (with a database name in its path)"
+URI_HELP = "the MongoDB URI, with the database in its path (default: MONGODB_URI)"
 #: How long a command waits for a server to answer before it gives up (seconds).
 SERVER_TIMEOUT_S = 5.0
 
@@ -308,9 +314,29 @@ async def _schedules(engine: Engine, args: argparse.Namespace) -> tuple[Any, str
     return {"name": name, "paused": paused}, f"schedule {name} {'paused' if paused else 'resumed'}"
 
 
+def _older_than(value: str) -> float:
+    """``prune --older-than``, its errors naming the option as typed."""
+    return parse_duration(value, what="--older-than")
+
+
+def _version() -> str:
+    try:
+        return metadata.version("pikku-mongo")
+    except metadata.PackageNotFoundError:  # a checkout run without installing
+        return "unknown"
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="pikku-mongo", description=__doc__.split("\n")[0])
-    common = argparse.ArgumentParser(add_help=False)
+    # Help is plain text: the docstring's RST literals lose their backticks.
+    parser = argparse.ArgumentParser(
+        prog="pikku-mongo", description=__doc__.split("\n")[0].replace("``", "")
+    )
+    parser.add_argument("--version", action="version", version=f"pikku-mongo {_version()}")
+    parser.add_argument("--uri", help=URI_HELP)
+    # After the command too; SUPPRESS keeps a --uri given before it.
+    with_uri = argparse.ArgumentParser(add_help=False)
+    with_uri.add_argument("--uri", default=argparse.SUPPRESS, help=URI_HELP)
+    common = argparse.ArgumentParser(add_help=False, parents=[with_uri])
     common.add_argument("--json", action="store_true", help="print JSON")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("init", parents=[common], help="create the indexes")
@@ -355,7 +381,9 @@ def _parser() -> argparse.ArgumentParser:
     ):
         action = schedule_actions.add_parser(name, parents=[common], help=text)
         action.add_argument("name")
-    ui = sub.add_parser("ui", help="serve the web dashboard (needs the ui extra)")
+    ui = sub.add_parser(
+        "ui", parents=[with_uri], help="serve the web dashboard (needs the ui extra)"
+    )
     ui.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
     ui.add_argument("--port", type=int, default=8642, help="port to listen on (8642)")
     ui.add_argument(
@@ -389,11 +417,11 @@ def _ui(args: argparse.Namespace) -> int:
         )
         return 1
     token = args.token or os.environ.get("PIKKU_MONGO_UI_TOKEN") or None
-    uri = os.environ.get("MONGODB_URI")
+    uri = args.uri or os.environ.get("MONGODB_URI")
     try:
         check_bind(args.host, token)
         if not uri:
-            raise RefusedToServe("set MONGODB_URI (with a database name in its path)")
+            raise RefusedToServe(NO_URI)
         asyncio.run(
             serve(
                 uri,
@@ -408,7 +436,8 @@ def _ui(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return 0
     except Exception as exc:  # one line, whatever the driver or the server raises
-        name = "" if isinstance(exc, RefusedToServe | ValueError) else f"{type(exc).__name__}: "
+        plain = RefusedToServe | ValueError | ServerUnreachableError
+        name = "" if isinstance(exc, plain) else f"{type(exc).__name__}: "
         print(f"pikku-mongo: {name}{_one_line(exc)}", file=sys.stderr)
         return 1
     return 0
@@ -418,31 +447,39 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "ui":
         return _ui(args)
-    uri = os.environ.get("MONGODB_URI")
+    uri = args.uri or os.environ.get("MONGODB_URI")
     if not uri:
-        print("pikku-mongo: set MONGODB_URI (with a database name in its path)", file=sys.stderr)
-        return 1
+        return _failed(args, NO_URI)
     code = 0
     try:
+        if args.command == "prune":  # checked before any server is asked
+            args.older_than = _older_than(args.older_than)
         if args.command == "doctor":
             data, text, code = asyncio.run(_doctor(uri))
         else:
             data, text = asyncio.run(_run(args, uri))
     except ServerUnreachableError as exc:
-        print(f"pikku-mongo: {exc}", file=sys.stderr)
-        return 1
+        return _failed(args, str(exc))
     except ConnectionFailure as exc:  # the server went away in the middle
         reason = short_reason(exc)
-        print(f"pikku-mongo: lost the MongoDB server at {_redact(uri)} ({reason})", file=sys.stderr)
-        return 1
+        return _failed(args, f"lost the MongoDB server at {_redact(uri)} ({reason})")
     except (EngineError, ValueError, TypeError, OSError) as exc:
-        print(f"pikku-mongo: {_flat(str(exc))}", file=sys.stderr)
-        return 1
+        return _failed(args, _flat(str(exc)))
     except Exception as exc:  # a one-line error for anything the driver raises
-        print(f"pikku-mongo: {type(exc).__name__}: {_flat(short_reason(exc))}", file=sys.stderr)
-        return 1
+        return _failed(args, f"{type(exc).__name__}: {_flat(short_reason(exc))}")
     print(json.dumps(data, indent=2) if args.json else text)
     return code
+
+
+def _failed(args: argparse.Namespace, message: str) -> int:
+    """One line on stderr, exit code 1; ``doctor --json`` also prints its report, every
+    check failed, on stdout (a monitor reading it gets JSON whatever happened)."""
+    print(f"pikku-mongo: {message}", file=sys.stderr)
+    if args.command == "doctor" and args.json:
+        check = {"check": "server", "status": "fail", "detail": message}
+        report = {"ok": False, "failures": 1, "warnings": 0, "error": message, "checks": [check]}
+        print(json.dumps(report, indent=2))
+    return 1
 
 
 def _flat(text: str) -> str:
