@@ -23,6 +23,7 @@ from engine_core.flow.queues import add_queue, declare
 from engine_core.flow.starts import check_registered, hold_first_pass, new_run
 from engine_core.host import Host
 from engine_core.mirror import RunMirror, mirror_run
+from engine_core.options import check_order
 from engine_core.records import (
     TERMINAL,
     utcnow,
@@ -245,13 +246,16 @@ class Engine:
         prefix: str | None = None,
         created_since: datetime | None = None,
         created_before: datetime | None = None,
+        order: str = "newest",
     ) -> list[RunStatus]:
-        """Runs ordered by id; pass the last id seen as ``after`` for the next page.
+        """Runs newest first (by creation time; ``order="oldest"`` the other way round,
+        ``order="id"`` by run id); pass the last id seen as ``after`` for the next page.
 
         ``prefix`` keeps the ids that start with it (plain characters, not a pattern);
         ``created_since`` (inclusive) and ``created_before`` (exclusive) bound the
         creation time (timezone-aware datetimes)."""
         check_page(limit, after, MAX_LIST)
+        check_order(order)
         prefix = check_prefix(prefix)
         check_moment(created_since, "created_since")
         check_moment(created_before, "created_before")
@@ -264,6 +268,7 @@ class Engine:
                 prefix=prefix,
                 created_since=created_since,
                 created_before=created_before,
+                order=order,
             )
         )
         return [fold_status(r, None) for r in runs]

@@ -199,8 +199,12 @@ class Store(Protocol):
         prefix: str | None = None,
         created_since: datetime | None = None,
         created_before: datetime | None = None,
+        order: str = "id",
     ) -> list[RunRecord]:
-        """Runs ordered by id, starting after the id ``after`` (keyset pagination).
+        """Runs ordered by id, starting after the id ``after`` (keyset pagination);
+        ``order="newest"`` or ``"oldest"``: by creation time (ties by id), newest or
+        oldest first, starting after the run ``after`` (none when it is gone), served by
+        an index, never by sorting the runs in memory.
 
         ``prefix``: only ids that start with it (compared as plain characters, never as a
         pattern). ``created_since`` (inclusive) and ``created_before`` (exclusive): only

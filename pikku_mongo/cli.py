@@ -1,6 +1,6 @@
 """``pikku-mongo``: see and steer runs from a terminal. Reads ``--uri`` or ``MONGODB_URI``.
 
-    pikku-mongo runs list [--workflow W] [--status S] [--limit N] [--after ID]
+    pikku-mongo runs list [--workflow W] [--status S] [--limit N] [--after ID] [--order O]
     pikku-mongo runs show RUN_ID
     pikku-mongo runs cancel RUN_ID [--compensate]
     pikku-mongo runs suspend RUN_ID | resume RUN_ID | retry RUN_ID
@@ -37,6 +37,7 @@ from pymongo.errors import ConnectionFailure
 
 from engine_core import Engine, EngineError, RunStatus
 from engine_core.durations import parse_duration
+from engine_core.options import ORDERS
 from engine_core.records import RunState
 from pikku_mongo.doctor import diagnose, render
 from pikku_mongo.errors import ServerUnreachableError
@@ -247,7 +248,11 @@ async def _run(args: argparse.Namespace, uri: str) -> Any:
         action = args.action
         if action == "list":
             runs = await engine.list_runs(
-                workflow=args.workflow, status=args.status, limit=args.limit, after=args.after
+                workflow=args.workflow,
+                status=args.status,
+                limit=args.limit,
+                after=args.after,
+                order=args.order,
             )
             headers = ["run", "workflow", "status", "created", "updated"]
             rows = [
@@ -260,7 +265,8 @@ async def _run(args: argparse.Namespace, uri: str) -> Any:
                     row.insert(3, _queue_text(r) if r.queue else "-")
             text = _table(headers, rows)
             if len(runs) == args.limit:
-                text += f"\n(more: --after {runs[-1].run_id})"
+                order = "" if args.order == "newest" else f" --order {args.order}"
+                text += f"\n(more: --after {runs[-1].run_id}{order})"
             return [_listed(r) for r in runs], text
         if action == "show":
             status = await engine.status(args.run_id)
@@ -353,6 +359,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     listing.add_argument("--limit", type=int, default=50)
     listing.add_argument("--after", help="the last run id of the previous page")
+    listing.add_argument(
+        "--order",
+        choices=ORDERS,
+        default="newest",
+        help="newest first (the default), oldest first, or by run id",
+    )
     for name, text in (
         ("show", "steps, attempts and timeline of a run"),
         ("cancel", "cancel a run"),

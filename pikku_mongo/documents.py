@@ -58,6 +58,7 @@ from pikku_mongo.encoding import (
     unpack,
     unpack_opt,
 )
+from pikku_mongo.listing import made_key
 
 Doc = dict[str, Any]
 
@@ -114,6 +115,8 @@ def run_to_doc(run: RunRecord) -> Doc:
         "open_pass": bool(run.open_pass),
         "created_at": to_us(run.created_at),
         "updated_at": to_us(run.updated_at),
+        # Lists by creation time (see ``pikku_mongo.listing``).
+        "made": made_key(to_us(run.created_at), pack(run.run_id)),
         # The run's lease: free when ``lease_us`` is in the past (0: never held).
         "lease_us": opt_to_us(run.lease_expires_at) or 0,
         "holder": pack_opt(run.lease_holder),

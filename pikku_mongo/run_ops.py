@@ -37,6 +37,7 @@ from pikku_mongo.documents import (
 )
 from pikku_mongo.encoding import dump_value, pack, to_us, unpack
 from pikku_mongo.filters import eq, id_prefix_range
+from pikku_mongo.listing import made_bounds
 from pikku_mongo.retry import surface_oversize, transient_retry
 from pikku_mongo.skew import SkewBound
 
@@ -425,9 +426,12 @@ class RunOps(SkewBound):
         prefix: str | None = None,
         created_since: datetime | None = None,
         created_before: datetime | None = None,
+        order: str = "id",
     ) -> list[RunRecord]:
         """1 find: by ``_id`` order with a limit; ``after`` and ``prefix`` are bounds on
-        ``_id``, so the ``_id`` index serves them."""
+        ``_id``, so the ``_id`` index serves them. By creation time (``order`` "newest"
+        or "oldest"): 1 find on the ``made`` index (see ``pikku_mongo.listing``), and 1
+        more to read the ``made`` of ``after``."""
         if check_int(limit, "limit") <= 0:
             return []
         query: Doc = {}
@@ -438,7 +442,18 @@ class RunOps(SkewBound):
         ids: Doc = {}
         if check_opt_str(prefix, "run id prefix") is not None:
             ids.update(id_prefix_range(cast(str, prefix)))
-        if check_opt_str(after, "after") is not None:
+        sort = _BY_ID
+        if order != "id":
+            after_made = None
+            if check_opt_str(after, "after") is not None:
+                doc = await self.runs.find_one({"_id": pack(cast(str, after))}, {"made": 1})
+                if doc is None or "made" not in doc:
+                    return []  # the run the page began after is gone
+                after_made = doc["made"]
+            made, sort = made_bounds(order, after_made)
+            if made:
+                query["made"] = made
+        elif check_opt_str(after, "after") is not None:
             ids["$gt"] = pack(cast(str, after))
         if ids:
             query["_id"] = ids
@@ -449,7 +464,7 @@ class RunOps(SkewBound):
             created["$lt"] = to_us(check_datetime(created_before, "created_before"))
         if created:
             query["created_at"] = created
-        docs = await self.runs.find(query).sort(_BY_ID).limit(limit).to_list()
+        docs = await self.runs.find(query).sort(sort).limit(limit).to_list()
         return [run_from_doc(doc) for doc in docs]
 
     @transient_retry

@@ -83,6 +83,7 @@ from pikku_mongo.encoding import EPOCH, pack, to_us
 from pikku_mongo.errors import MissingDatabaseError
 from pikku_mongo.filters import eq
 from pikku_mongo.indexes import create_indexes
+from pikku_mongo.listing import backfill_made
 from pikku_mongo.migrations import migrate
 from pikku_mongo.queue_ops import QueueOps
 from pikku_mongo.retry import transient_retry
@@ -219,6 +220,7 @@ class MongoStore(RunOps, StepOps, QueueOps, ScheduleOps):
     @transient_retry
     async def _prepare(self) -> None:
         await migrate(self.meta, self.runs, self.steps)
+        await backfill_made(self.meta, self.runs)
         created = await create_indexes(
             self.runs, self.steps, self.events, self.leases, ttl=not self._ttl_refused
         )

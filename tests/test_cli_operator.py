@@ -120,3 +120,31 @@ async def test_runs_list_json_has_no_partial_steps(nx_uri: str) -> None:
     assert listed["run_id"] == run_id and "steps" not in listed
     shown = json.loads(run("runs", "show", run_id, "--json", uri=uri).stdout)
     assert len(shown["steps"]) == 3
+
+
+async def test_runs_list_is_newest_first_with_an_order_option(nx_uri: str) -> None:
+    store = await mongo_store(nx_uri)
+    engine = Engine(store)
+
+    @engine.workflow("w")
+    async def w(ctx: WorkflowContext, data: object) -> object:
+        return data
+
+    for run_id in ("b", "c", "a"):  # created in this order
+        await engine.start("w", run_id=run_id)
+    uri = with_database(nx_uri, store.database.name)
+    await store.close()
+
+    def ids(*args: str) -> list[str]:
+        done = run("runs", "list", "--json", *args, uri=uri)
+        assert done.returncode == 0, done.stderr
+        return [r["run_id"] for r in json.loads(done.stdout)]
+
+    assert ids() == ["a", "c", "b"]
+    assert ids("--order", "oldest") == ["b", "c", "a"]
+    assert ids("--order", "id") == ["a", "b", "c"]
+    assert ids("--order", "newest", "--after", "c") == ["b"]
+    more = run("runs", "list", "--limit", "1", "--order", "oldest", uri=uri)
+    assert "(more: --after b --order oldest)" in more.stdout
+    bad = run("runs", "list", "--order", "sideways", uri=uri)
+    assert bad.returncode == 2 and "--order" in bad.stderr

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS: list[set[str]] = [
     {"errors", "records", "tasks", "tracing"},
     {"memory.cloning", "run.results"},
-    {"durations", "values", "store", "mirror", "journal", "fleet.timers", "outages"},
+    {"durations", "values", "options", "store", "mirror", "journal", "fleet.timers", "outages"},
     {
         "run.keys",
         "periodic",
@@ -49,6 +49,7 @@ LAYERS: list[set[str]] = [
         "testing.event_lease_cases",
         "testing.flow_cases",
         "testing.schedule_cases",
+        "testing.operator_cases",
     },
     {"testing.conformance"},
     {"testing"},
@@ -165,6 +166,7 @@ def test_the_top_of_engine_core_holds_only_what_every_wing_shares_or_the_user_se
         "tracing",
         "durations",
         "values",
+        "options",
         "store",
         "mirror",
         "journal",

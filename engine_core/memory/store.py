@@ -287,7 +287,12 @@ class InMemoryStore(StepMemory, EventLeaseMemory, FlowMemory):
         prefix: str | None = None,
         created_since: datetime | None = None,
         created_before: datetime | None = None,
+        order: str = "id",
     ) -> list[RunRecord]:
+        if order != "id":
+            return self._list_by_time(
+                workflow, status, limit, after, prefix, created_since, created_before, order
+            )
         found = sorted(
             (
                 r
@@ -300,6 +305,46 @@ class InMemoryStore(StepMemory, EventLeaseMemory, FlowMemory):
                 and (created_before is None or r.created_at < created_before)
             ),
             key=lambda r: r.run_id,
+        )
+        return [clone(r) for r in found[:limit]]
+
+    def _list_by_time(
+        self,
+        workflow: str | None,
+        status: str | None,
+        limit: int,
+        after: str | None,
+        prefix: str | None,
+        created_since: datetime | None,
+        created_before: datetime | None,
+        order: str,
+    ) -> list[RunRecord]:
+        newest = order == "newest"
+        start = None
+        if after is not None:
+            if after not in self._runs:
+                return []
+            start = (self._runs[after].created_at, after)
+        found = sorted(
+            (
+                r
+                for r in self._runs.values()
+                if (workflow is None or r.workflow == workflow)
+                and (status is None or r.status == status)
+                and (prefix is None or r.run_id.startswith(prefix))
+                and (created_since is None or r.created_at >= created_since)
+                and (created_before is None or r.created_at < created_before)
+                and (
+                    start is None
+                    or (
+                        (r.created_at, r.run_id) < start
+                        if newest
+                        else (r.created_at, r.run_id) > start
+                    )
+                )
+            ),
+            key=lambda r: (r.created_at, r.run_id),
+            reverse=newest,
         )
         return [clone(r) for r in found[:limit]]
 

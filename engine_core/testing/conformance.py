@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from engine_core.testing.event_lease_cases import EventLeaseCases
 from engine_core.testing.flow_cases import FlowCases
+from engine_core.testing.operator_cases import OperatorCases
 from engine_core.testing.run_cases import RunCases
 from engine_core.testing.schedule_cases import ScheduleCases
 from engine_core.testing.step_cases import StepCases
 
 
-class StoreConformance(RunCases, StepCases, EventLeaseCases, ScheduleCases, FlowCases):
+class StoreConformance(
+    RunCases, StepCases, EventLeaseCases, ScheduleCases, FlowCases, OperatorCases
+):
     """What every :class:`~engine_core.store.Store` must do. Needs a ``store`` fixture
     that yields a fresh, initialised, empty store."""

@@ -41,6 +41,7 @@ class RunPages(PageBase):
                 prefix=filters.prefix,
                 created_since=filters.since,
                 created_before=filters.before,
+                order=filters.order,
             ),
             self.engine.count_runs(filters.workflow),
         )

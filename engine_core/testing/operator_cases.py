@@ -1,0 +1,46 @@
+"""Conformance cases for what operators read: runs listed by creation time."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from engine_core.records import utcnow
+from engine_core.store import Store
+from engine_core.testing.builders import make_run
+
+
+class OperatorCases:
+    """What a store must do for lists of runs by creation time."""
+
+    async def test_list_runs_newest_and_oldest_first(self, store: Store) -> None:
+        start = utcnow() - timedelta(minutes=5)
+        # Ids against creation order, and two runs created at the same moment.
+        made = {"z": 0, "m": 1, "a": 2, "b": 2, "k": 3, "c": 4}
+        for run_id, second in made.items():
+            run = make_run(run_id, workflow="odd" if run_id in "zak" else "even")
+            run.created_at = start + timedelta(seconds=second)
+            await store.insert_run(run)
+
+        async def listed(order: str, **options: object) -> list[str]:
+            options.setdefault("workflow", None)
+            options.setdefault("status", None)
+            options.setdefault("limit", 50)
+            options.setdefault("after", None)
+            runs = await store.list_runs(order=order, **options)  # type: ignore[arg-type]
+            return [r.run_id for r in runs]
+
+        assert await listed("newest") == ["c", "k", "b", "a", "m", "z"]
+        assert await listed("oldest") == ["z", "m", "a", "b", "k", "c"]
+        assert await listed("newest", limit=3) == ["c", "k", "b"]
+        assert await listed("newest", after="b") == ["a", "m", "z"]
+        assert await listed("oldest", after="a", limit=2) == ["b", "k"]
+        assert await listed("newest", workflow="odd") == ["k", "a", "z"]
+        assert await listed("oldest", status="failed") == []
+        assert await listed("newest", created_since=start + timedelta(seconds=2)) == [
+            "c",
+            "k",
+            "b",
+            "a",
+        ]
+        assert await listed("newest", after="gone") == []
+        assert await listed("id", limit=2) == ["a", "b"]
