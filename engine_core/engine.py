@@ -19,6 +19,7 @@ from engine_core.durations import Duration, parse_duration
 from engine_core.errors import InvalidRunIdError, StoreUnavailableError
 from engine_core.fleet.recovery import RecoveryReport, WorkflowRecovery
 from engine_core.flow.queue_figures import queue_figures
+from engine_core.flow.queue_figures import store_declared_limits as declare_in_store
 from engine_core.flow.queues import add_queue, declare
 from engine_core.flow.starts import check_registered, hold_first_pass, new_run
 from engine_core.host import Host
@@ -139,6 +140,11 @@ class Engine:
 
     async def __aenter__(self) -> Engine:
         await self._host.serve()
+        try:  # what the code declares, stored for every process to see
+            await self._call(lambda: declare_in_store(self.store, self._host.queues))
+        except BaseException:
+            await self._host.shut_down()
+            raise
         return self
 
     async def __aexit__(

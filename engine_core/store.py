@@ -411,6 +411,16 @@ class Store(Protocol):
     async def list_workflows(self) -> list[str]:
         """The names of the workflows of the stored runs, sorted, each once."""
 
+    # ---- declared queue limits -------------------------------------------------
+
+    async def put_queue_limits(self, name: str, limits: dict[str, Any]) -> None:
+        """Store the limits queue ``name`` was declared with (JSON-shaped:
+        ``concurrency``, ``worker_concurrency``, ``key_concurrency``, ``rate``),
+        replacing what was stored for it (an upsert: repeating it is harmless)."""
+
+    async def list_queue_limits(self) -> dict[str, dict[str, Any]]:
+        """Every queue's stored limits, by queue name."""
+
     # ---- schedules --------------------------------------------------------------
 
     async def put_schedule(self, schedule: ScheduleRecord) -> None:

@@ -163,8 +163,8 @@ def _limit(value: int | str | None) -> str:
 
 
 async def _queues(engine: Engine) -> tuple[Any, str]:
-    """``pikku-mongo queues list``: the queues found in the store, with their figures.
-    This tool declares no queue, so no limits are known to it."""
+    """``pikku-mongo queues list``: the queues found in the store, with their figures
+    and the limits a serving process declared them with (stored)."""
     queues = await engine.list_queues()
     rows = [
         [

@@ -78,6 +78,7 @@ from engine_core.durations import Duration, parse_duration
 from engine_core.records import EventRecord, Lease, utcnow
 from pikku_mongo.batcher import Batcher
 from pikku_mongo.checks import check_int, check_str
+from pikku_mongo.declared_ops import DeclaredOps
 from pikku_mongo.documents import Doc, event_from_doc, event_to_doc, lease_expiry, lease_from_doc
 from pikku_mongo.encoding import EPOCH, pack, to_us
 from pikku_mongo.errors import MissingDatabaseError
@@ -109,7 +110,7 @@ _AFTER = ReturnDocument.AFTER
 _BY_ID = [("_id", 1)]
 
 
-class MongoStore(RunOps, StepOps, QueueOps, ScheduleOps):
+class MongoStore(RunOps, StepOps, QueueOps, ScheduleOps, DeclaredOps):
     """The engine's store on a MongoDB database (see the module docstring)."""
 
     def __init__(
@@ -149,6 +150,7 @@ class MongoStore(RunOps, StepOps, QueueOps, ScheduleOps):
         self.meta = self._collection("meta")
         self.queues = self._collection("queues")
         self.schedules = self._collection("schedules")
+        self.queue_limits = self._collection("queue_limits")
         # Group commit, one queue per collection written on the hot path. A document a
         # guarded upsert created has none of the fields every real document has.
         self.run_writes = Batcher(self.runs, {"workflow": {"$exists": False}})

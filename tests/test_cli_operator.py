@@ -148,3 +148,28 @@ async def test_runs_list_is_newest_first_with_an_order_option(nx_uri: str) -> No
     assert "(more: --after b --order oldest)" in more.stdout
     bad = run("runs", "list", "--order", "sideways", uri=uri)
     assert bad.returncode == 2 and "--order" in bad.stderr
+
+
+async def test_queues_list_shows_the_limits_a_serving_process_declared(nx_uri: str) -> None:
+    store = await mongo_store(nx_uri)
+    engine = Engine(store)
+    engine.queue("orders", concurrency=5, key_concurrency=1, rate="100/1m")
+    async with engine:
+        pass
+    uri = with_database(nx_uri, store.database.name)
+    await store.close()
+    done = run("queues", "list", "--json", uri=uri)
+    assert done.returncode == 0, done.stderr
+    [orders] = json.loads(done.stdout)
+    assert orders["name"] == "orders"
+    assert (orders["concurrency"], orders["key_concurrency"]) == (5, 1)
+    assert (orders["worker_concurrency"], orders["rate"]) == (None, "100/60s")
+    # And a client engine that declared nothing sees them too.
+    from pikku_mongo import MongoStore
+
+    other = MongoStore.from_uri(uri)
+    try:
+        [seen] = await Engine(other).list_queues()
+        assert (seen.concurrency, seen.key_concurrency, seen.rate) == (5, 1, "100/60s")
+    finally:
+        await other.close()

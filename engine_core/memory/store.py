@@ -46,6 +46,7 @@ class InMemoryStore(StepMemory, EventLeaseMemory, FlowMemory):
         # (queue or "", dedup_id) -> the run that took it; free once that run is terminal.
         self._dedup: dict[tuple[str, str], str] = {}
         self._schedules: dict[str, ScheduleRecord] = {}
+        self._queue_limits: dict[str, dict[str, Any]] = {}
 
     async def init(self) -> None:
         return None
@@ -370,6 +371,12 @@ class InMemoryStore(StepMemory, EventLeaseMemory, FlowMemory):
             if workflow is None or run.workflow == workflow:
                 counts[run.status] = counts.get(run.status, 0) + 1
         return counts
+
+    async def put_queue_limits(self, name: str, limits: dict[str, Any]) -> None:
+        self._queue_limits[name] = dict(limits)
+
+    async def list_queue_limits(self) -> dict[str, dict[str, Any]]:
+        return {name: dict(limits) for name, limits in self._queue_limits.items()}
 
     async def list_workflows(self) -> list[str]:
         return sorted({run.workflow for run in self._runs.values()})

@@ -44,3 +44,15 @@ class OperatorCases:
         ]
         assert await listed("newest", after="gone") == []
         assert await listed("id", limit=2) == ["a", "b"]
+
+    async def test_declared_queue_limits_are_stored(self, store: Store) -> None:
+        assert await store.list_queue_limits() == {}
+        orders = {"concurrency": 5, "worker_concurrency": None, "key_concurrency": 1}
+        await store.put_queue_limits("orders", {**orders, "rate": "100/60s"})
+        none = dict.fromkeys(("concurrency", "worker_concurrency", "key_concurrency", "rate"))
+        await store.put_queue_limits("a\x00b", none)
+        await store.put_queue_limits("orders", {**orders, "rate": None})  # replaced
+        assert await store.list_queue_limits() == {
+            "orders": {**orders, "rate": None},
+            "a\x00b": none,
+        }
