@@ -32,7 +32,8 @@ from engine_core.records import (
 from engine_core.run.results import outcome
 from engine_core.runtime import EngineConfig
 from engine_core.schedules.control import ScheduleControl
-from engine_core.schedules.times import Schedule
+from engine_core.schedules.declared import DeclaredSchedule, declare_schedule, store_declared
+from engine_core.schedules.times import Schedule, trigger_run_id
 from engine_core.status import QueueStatus, RunStatus, TimelineEntry, fold_status, timeline
 from engine_core.store import Store
 from engine_core.values import (
@@ -79,6 +80,7 @@ class Engine:
         self._control = self._host.control
         self._host.start_run = self._start_scheduled
         self._schedules = ScheduleControl(store, self._host.workflows, self._host.schedules_changed)
+        self._declared_schedules: dict[str, DeclaredSchedule] = {}
 
     @property
     def instance_id(self) -> str:
@@ -142,6 +144,8 @@ class Engine:
         await self._host.serve()
         try:  # what the code declares, stored for every process to see
             await self._call(lambda: declare_in_store(self.store, self._host.queues))
+            if await self._call(lambda: store_declared(self.store, self._declared_schedules)):
+                self._host.schedules_changed()
         except BaseException:
             await self._host.shut_down()
             raise
@@ -371,6 +375,53 @@ class Engine:
                 name, workflow, cron=cron, every=every, timezone=timezone, input=input
             )
         )
+
+    def schedule(
+        self,
+        name: str,
+        workflow: str,
+        *,
+        cron: str | None = None,
+        every: Duration | None = None,
+        timezone: str = "UTC",
+        input: Any = None,
+        catch_up: str = "latest",
+    ) -> None:
+        """Declare the schedule ``name`` in code, before ``async with`` (like
+        :meth:`queue`): timing and input as :meth:`create_schedule`. The code owns the
+        specification (stored when the engine starts serving, where it differs); the
+        operator owns ``paused`` (a restart never resumes a paused schedule).
+        ``catch_up`` says what the fires missed while nothing ran start: ``"latest"``
+        (one run), ``"none"``, or ``"all"`` (each, at most the last 100)."""
+        if self._host.serving:
+            raise RuntimeError("declare schedules before `async with engine`")
+        self._declared_schedules[name] = declare_schedule(
+            name,
+            workflow,
+            cron=cron,
+            every=every,
+            timezone=timezone,
+            input=input,
+            catch_up=catch_up,
+        )
+
+    async def trigger_schedule(self, name: str) -> str:
+        """Fire the schedule once now, paused or not, and return the run's id
+        (``name@manual-...``, an id no regular fire takes). The run starts here when
+        this engine registered the workflow, else it is recorded for the fleet."""
+        schedule = await self._call(lambda: self._schedules.get(name))
+        run_id = trigger_run_id(schedule.name)
+        if schedule.workflow in self._host.workflows:
+            return await self.start(schedule.workflow, schedule.input, run_id=run_id)
+        run = new_run(
+            schedule.workflow,
+            schedule.input,
+            run_id=run_id,
+            started_by=self.instance_id,
+            queues=self._host.queues,
+        )
+        await self._call(lambda: self.store.insert_run(run))
+        return run_id
 
     async def pause_schedule(self, name: str) -> None:
         """Stop the schedule firing until :meth:`resume_schedule`."""

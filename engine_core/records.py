@@ -235,3 +235,5 @@ class ScheduleRecord:
     next_fire_at: datetime
     created_at: datetime
     updated_at: datetime
+    #: The fires missed while nothing ran: "latest" (one run), "none" or "all".
+    catch_up: str = "latest"

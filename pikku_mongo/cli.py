@@ -5,7 +5,7 @@
     pikku-mongo runs cancel RUN_ID [--compensate]
     pikku-mongo runs suspend RUN_ID | resume RUN_ID | retry RUN_ID
     pikku-mongo queues list
-    pikku-mongo schedules list | pause NAME | resume NAME | delete NAME
+    pikku-mongo schedules list | pause NAME | resume NAME | delete NAME | trigger NAME
     pikku-mongo recover
     pikku-mongo prune --older-than 30d
     pikku-mongo init
@@ -312,6 +312,9 @@ async def _schedules(engine: Engine, args: argparse.Namespace) -> tuple[Any, str
     if action == "delete":
         await engine.delete_schedule(name)
         return {"name": name, "deleted": True}, f"schedule {name} deleted"
+    if action == "trigger":
+        run_id = await engine.trigger_schedule(name)
+        return {"name": name, "run_id": run_id}, f"schedule {name} fired: run {run_id}"
     if action == "pause":
         await engine.pause_schedule(name)
     else:
@@ -390,6 +393,7 @@ def _parser() -> argparse.ArgumentParser:
         ("pause", "stop a schedule firing"),
         ("resume", "let a paused schedule fire again, from its next fire"),
         ("delete", "delete a schedule (its runs stay)"),
+        ("trigger", "start one run of a schedule now, paused or not"),
     ):
         action = schedule_actions.add_parser(name, parents=[common], help=text)
         action.add_argument("name")

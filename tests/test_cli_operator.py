@@ -173,3 +173,25 @@ async def test_queues_list_shows_the_limits_a_serving_process_declared(nx_uri: s
         assert (seen.concurrency, seen.key_concurrency, seen.rate) == (5, 1, "100/60s")
     finally:
         await other.close()
+
+
+async def test_schedules_trigger_starts_one_run(nx_uri: str) -> None:
+    store = await mongo_store(nx_uri)
+    engine = Engine(store)
+
+    @engine.workflow("report")
+    async def report(ctx: WorkflowContext, data: object) -> object:
+        return data
+
+    await engine.create_schedule("nightly", "report", cron="0 3 * * *", input={"k": 2})
+    await engine.pause_schedule("nightly")
+    uri = with_database(nx_uri, store.database.name)
+    done = run("schedules", "trigger", "nightly", "--json", uri=uri)
+    assert done.returncode == 0, done.stderr
+    run_id = json.loads(done.stdout)["run_id"]
+    assert run_id.startswith("nightly@manual-")
+    async with engine:
+        assert await engine.result(run_id, timeout=10) == {"k": 2}
+    missing = run("schedules", "trigger", "nope", uri=uri)
+    assert missing.returncode == 1 and "no schedule is named 'nope'" in missing.stderr
+    await store.close()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from engine_core.records import utcnow
+from engine_core.records import ScheduleRecord, utcnow
 from engine_core.store import Store
 from engine_core.testing.builders import make_run
 
@@ -56,3 +56,12 @@ class OperatorCases:
             "orders": {**orders, "rate": None},
             "a\x00b": none,
         }
+
+    async def test_a_schedule_keeps_its_catch_up(self, store: Store) -> None:
+        now = utcnow().replace(microsecond=0)
+        record = ScheduleRecord(
+            "s", "w", None, 60.0, "UTC", None, True, now, now, now, catch_up="all"
+        )
+        await store.put_schedule(record)
+        assert await store.get_schedule("s") == record
+        assert [s.catch_up for s in await store.list_schedules()] == ["all"]

@@ -123,6 +123,15 @@ SCHEDULE_ACTIONS: dict[str, ScheduleAction] = {
             done="paused",
         ),
         ScheduleAction(
+            "trigger",
+            "Run now",
+            "Start one run of the schedule's workflow now, with its input, paused or not. "
+            "Its regular fires are not changed.",
+            on_paused=True,
+            on_active=True,
+            done="triggered",
+        ),
+        ScheduleAction(
             "resume",
             "Resume",
             "Let the schedule fire again, from its next fire after now: the fires it "
@@ -157,5 +166,7 @@ async def perform_on_schedule(engine: Engine, action: ScheduleAction, name: str)
         await engine.resume_schedule(name)
     elif action.name == "delete":
         await engine.delete_schedule(name)
+    elif action.name == "trigger":
+        await engine.trigger_schedule(name)
     else:  # pragma: no cover - SCHEDULE_ACTIONS and this switch are kept in step
         raise ValueError(f"unknown schedule action {action.name!r}")
