@@ -24,6 +24,8 @@ class StepStatus:
     #: For a ``scheduled`` step, what it waits for, in words: "event 'approval'",
     #: "sleep until 2026-12-03T10:00:00Z", "child run 'x'", "a worker to run 'f'"...
     waiting_for: str | None = None
+    #: For an event wait, the event's name.
+    event: str | None = None
 
 
 @dataclass(frozen=True)
@@ -95,7 +97,13 @@ def fold_status(run: RunRecord, steps: list[StepRecord] | None) -> RunStatus:
             # The run ended while the step was unfinished: it will never run or wake.
             state, waiting = "cancelled", None
         folded[step.key] = StepStatus(
-            state, step.attempts, step.result, step.error, kind=step.kind, waiting_for=waiting
+            state,
+            step.attempts,
+            step.result,
+            step.error,
+            kind=step.kind,
+            waiting_for=waiting,
+            event=step.event if step.kind == "event" else None,
         )
     if steps is not None and run.status in ACTIVE:
         # An inline attempt in progress lives on the run until its outcome lands.

@@ -60,6 +60,14 @@ ACTIONS: dict[str, Action] = {
             "Resumed.",
         ),
         Action(
+            "send-event",
+            "Send event",
+            "Deliver the event, with this payload, to the run waiting for it; the run "
+            "takes it at its next pass.",
+            frozenset({"running", "suspended"}),
+            "Event sent.",
+        ),
+        Action(
             "retry",
             "Retry",
             "Give the failed run a new pass from the step that failed it: that step gets "
@@ -73,7 +81,7 @@ ACTIONS: dict[str, Action] = {
 
 def actions_for(status: str) -> list[Action]:
     """The actions that apply to a run in ``status``."""
-    return [action for action in ACTIONS.values() if status in action.applies_to]
+    return [a for a in ACTIONS.values() if status in a.applies_to and a.name != "send-event"]
 
 
 async def perform(engine: Engine, action: Action, run_id: str) -> None:
