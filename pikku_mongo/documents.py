@@ -58,7 +58,6 @@ from pikku_mongo.encoding import (
     unpack,
     unpack_opt,
 )
-from pikku_mongo.listing import made_key
 
 Doc = dict[str, Any]
 
@@ -91,6 +90,12 @@ def inflight_field(key: str) -> str:
 
 def inflight_entry(key: str, attempt: int, started_at: datetime) -> Doc:
     return {"key": key, "attempt": attempt, "started_at": to_us(started_at)}
+
+
+def made_key(created_us: int, packed_id: str) -> str:
+    """A run document's ``made``: its creation time (microseconds, zero-padded), then
+    its packed id; one string in (creation time, id) order (see ``pikku_mongo.listing``)."""
+    return f"{created_us:017d}:{packed_id}"
 
 
 def run_to_doc(run: RunRecord) -> Doc:

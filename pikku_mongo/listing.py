@@ -10,22 +10,26 @@ Runs written before ``made`` existed get it once, at ``init`` (:func:`backfill_m
 from __future__ import annotations
 
 import logging
-from typing import Any
+from datetime import datetime
+from typing import Any, cast
 
 from pymongo import UpdateOne
 from pymongo.asynchronous.collection import AsyncCollection
 
+from engine_core.records import RunRecord
+from pikku_mongo.checks import check_datetime, check_int, check_opt_str
+from pikku_mongo.documents import made_key, run_from_doc
+from pikku_mongo.encoding import pack, to_us
+from pikku_mongo.filters import eq, id_prefix_range
+from pikku_mongo.retry import transient_retry
+
 log = logging.getLogger("pikku_mongo.listing")
 
 Doc = dict[str, Any]
+_BY_ID = [("_id", 1)]
 #: The meta document that records that every run carries ``made``.
 _DONE_ID = "runs_made"
 _BATCH = 500
-
-
-def made_key(created_us: int, packed_id: str) -> str:
-    """The ``made`` value of a run document."""
-    return f"{created_us:017d}:{packed_id}"
 
 
 def made_bounds(order: str, after_made: str | None) -> tuple[Doc, list[tuple[str, int]]]:
@@ -65,3 +69,61 @@ async def backfill_made(meta: AsyncCollection[Doc], runs: AsyncCollection[Doc]) 
     await meta.update_one({"_id": _DONE_ID}, {"$set": {"done": True}}, upsert=True)
     if filled:
         log.info("gave %d run documents their creation-order key", filled)
+
+
+class ListingOps:
+    """``MongoStore.list_runs``."""
+
+    runs: AsyncCollection[Doc]
+
+    @transient_retry
+    async def list_runs(
+        self,
+        *,
+        workflow: str | None,
+        status: str | None,
+        limit: int,
+        after: str | None,
+        prefix: str | None = None,
+        created_since: datetime | None = None,
+        created_before: datetime | None = None,
+        order: str = "id",
+    ) -> list[RunRecord]:
+        """1 find: by ``_id`` order with a limit; ``after`` and ``prefix`` are bounds on
+        ``_id``, so the ``_id`` index serves them. By creation time (``order`` "newest"
+        or "oldest"): 1 find on the ``made`` index (see ``pikku_mongo.listing``), and 1
+        more to read the ``made`` of ``after``."""
+        if check_int(limit, "limit") <= 0:
+            return []
+        query: Doc = {}
+        if check_opt_str(workflow, "workflow") is not None:
+            query["workflow"] = eq(pack(cast(str, workflow)))
+        if check_opt_str(status, "run status") is not None:
+            query["status"] = eq(status)
+        ids: Doc = {}
+        if check_opt_str(prefix, "run id prefix") is not None:
+            ids.update(id_prefix_range(cast(str, prefix)))
+        sort = _BY_ID
+        if order != "id":
+            after_made = None
+            if check_opt_str(after, "after") is not None:
+                doc = await self.runs.find_one({"_id": pack(cast(str, after))}, {"made": 1})
+                if doc is None or "made" not in doc:
+                    return []  # the run the page began after is gone
+                after_made = doc["made"]
+            made, sort = made_bounds(order, after_made)
+            if made:
+                query["made"] = made
+        elif check_opt_str(after, "after") is not None:
+            ids["$gt"] = pack(cast(str, after))
+        if ids:
+            query["_id"] = ids
+        created: Doc = {}
+        if created_since is not None:
+            created["$gte"] = to_us(check_datetime(created_since, "created_since"))
+        if created_before is not None:
+            created["$lt"] = to_us(check_datetime(created_before, "created_before"))
+        if created:
+            query["created_at"] = created
+        docs = await self.runs.find(query).sort(sort).limit(limit).to_list()
+        return [run_from_doc(doc) for doc in docs]

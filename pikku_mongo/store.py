@@ -84,7 +84,7 @@ from pikku_mongo.encoding import EPOCH, pack, to_us
 from pikku_mongo.errors import MissingDatabaseError
 from pikku_mongo.filters import eq
 from pikku_mongo.indexes import create_indexes
-from pikku_mongo.listing import backfill_made
+from pikku_mongo.listing import ListingOps, backfill_made
 from pikku_mongo.migrations import migrate
 from pikku_mongo.queue_ops import QueueOps
 from pikku_mongo.retry import transient_retry
@@ -110,7 +110,7 @@ _AFTER = ReturnDocument.AFTER
 _BY_ID = [("_id", 1)]
 
 
-class MongoStore(RunOps, StepOps, QueueOps, ScheduleOps, DeclaredOps):
+class MongoStore(RunOps, ListingOps, StepOps, QueueOps, ScheduleOps, DeclaredOps):
     """The engine's store on a MongoDB database (see the module docstring)."""
 
     def __init__(

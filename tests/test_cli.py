@@ -83,8 +83,8 @@ async def test_init_and_list_and_show(cli: Cli, engine_on: Engine) -> None:
     assert "run-a" in table and "completed" in table and "run-b" in table
     listed = as_json(cli("runs", "list", "--json", "--status", "completed"))
     assert [r["run_id"] for r in listed] == ["run-a"]
-    page = cli("runs", "list", "--limit", "1").stdout
-    assert "--after run-a" in page
+    page = cli("runs", "list", "--limit", "1").stdout  # newest first
+    assert "--after run-b" in page and "run-a" not in page.split("(more")[0]
     shown = cli("runs", "show", "run-a").stdout
     assert "first" in shown and "succeeded" in shown and "attempts" in shown
     detail = as_json(cli("runs", "show", "run-a", "--json"))
