@@ -289,7 +289,10 @@ class Engine:
         Raises WorkflowRunFailedError or WorkflowRunCancelledError for a run that did not
         complete, and TimeoutError past ``timeout`` seconds.
         """
-        check_run_id(run_id)
+        # One read first: an unknown run, or an unreachable store, is told at once.
+        run = await self._call(lambda: self._control.get(run_id))
+        if run.status in TERMINAL:
+            return outcome(run)
         try:
             run = await self._host.waiters.wait(run_id, timeout)
         except TimeoutError:
