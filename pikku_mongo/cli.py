@@ -35,7 +35,7 @@ from typing import Any, get_args
 
 from pymongo.errors import ConnectionFailure
 
-from engine_core import Engine, EngineError, RunStatus
+from engine_core import Engine, EngineError, RunStatus, StepStatus
 from engine_core.durations import parse_duration
 from engine_core.options import ORDERS
 from engine_core.records import RunState
@@ -130,7 +130,7 @@ def _show_run(status: RunStatus, history: list[Any]) -> str:
     if status.error:
         lines.append(f"error     {_short(_error_text(status.error), 100)}")
     rows = [
-        [name, step.status, str(step.attempts), _short(_error_text(step.error) or step.result)]
+        [name, step.status, str(step.attempts), _short(_step_text(step))]
         for name, step in status.steps.items()
     ]
     lines += ["", _table(["step", "status", "attempts", "result / error"], rows)]
@@ -146,6 +146,13 @@ def _show_run(status: RunStatus, history: list[Any]) -> str:
     ]
     lines += ["", _table(["time", "step", "attempt", "status", "error"], timeline)]
     return "\n".join(lines)
+
+
+def _step_text(step: StepStatus) -> Any:
+    """A step's result, error, or what it waits for."""
+    if step.waiting_for:
+        return f"waits for {step.waiting_for}"
+    return _error_text(step.error) or step.result
 
 
 def _queue_text(status: RunStatus) -> str:
