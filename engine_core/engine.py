@@ -328,7 +328,8 @@ class Engine:
         :class:`DuplicateRunError` (changing nothing) while another run that has not
         ended holds its dedup id.
         """
-        await self._call(lambda: self._control.retry(run_id))
+        # Not repeated whole: once it landed, a repeat would find the run not failed.
+        await self._call(lambda: self._control.retry(run_id), again=False)
 
     async def delete_finished_runs(self, older_than: Duration, *, batch: int = 500) -> int:
         """Delete terminal runs last updated more than ``older_than`` ago, with their steps
