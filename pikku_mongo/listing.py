@@ -32,12 +32,25 @@ _DONE_ID = "runs_made"
 _BATCH = 500
 
 
-def made_bounds(order: str, after_made: str | None) -> tuple[Doc, list[tuple[str, int]]]:
-    """The ``made`` range of the page after ``after_made`` and the sort of ``order``."""
+def made_bounds(
+    order: str, after_made: str | None, since_us: int | None, before_us: int | None
+) -> tuple[Doc, list[tuple[str, int]]]:
+    """The ``made`` range of the page after ``after_made`` within the creation times
+    ``[since_us, before_us)`` (so the index serves those bounds too), and the sort of
+    ``order``."""
     newest = order == "newest"
+    low = None if since_us is None else f"{since_us:017d}:"  # the first key at since_us
+    high = None if before_us is None else f"{before_us:017d}:"  # below: before before_us
     bound: Doc = {}
     if after_made is not None:
-        bound["$lt" if newest else "$gt"] = after_made
+        if newest:
+            high = after_made if high is None else min(high, after_made)
+        else:
+            bound["$gt"] = after_made
+    if low is not None:
+        bound["$gte"] = low
+    if high is not None:
+        bound["$lt"] = high
     return bound, [("made", -1 if newest else 1)]
 
 
@@ -111,7 +124,12 @@ class ListingOps:
                 if doc is None or "made" not in doc:
                     return []  # the run the page began after is gone
                 after_made = doc["made"]
-            made, sort = made_bounds(order, after_made)
+            since = before = None
+            if created_since is not None:
+                since = to_us(check_datetime(created_since, "created_since"))
+            if created_before is not None:
+                before = to_us(check_datetime(created_before, "created_before"))
+            made, sort = made_bounds(order, after_made, since, before)
             if made:
                 query["made"] = made
         elif check_opt_str(after, "after") is not None:

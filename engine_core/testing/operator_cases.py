@@ -42,6 +42,10 @@ class OperatorCases:
             "b",
             "a",
         ]
+        two, three = start + timedelta(seconds=2), start + timedelta(seconds=3)
+        assert await listed("newest", created_before=three, after="b") == ["a", "m", "z"]
+        assert await listed("oldest", created_since=two, after="a") == ["b", "k", "c"]
+        assert await listed("newest", created_since=two, created_before=three) == ["b", "a"]
         assert await listed("newest", after="gone") == []
         assert await listed("id", limit=2) == ["a", "b"]
 
