@@ -27,6 +27,8 @@ log = logging.getLogger("pikku_mongo.listing")
 
 Doc = dict[str, Any]
 _BY_ID = [("_id", 1)]
+#: The name of the index on ``made`` (see ``pikku_mongo.indexes``).
+MADE_INDEX = "made_1"
 #: The meta document that records that every run carries ``made``.
 _DONE_ID = "runs_made"
 _BATCH = 500
@@ -143,5 +145,10 @@ class ListingOps:
             created["$lt"] = to_us(check_datetime(created_before, "created_before"))
         if created:
             query["created_at"] = created
-        docs = await self.runs.find(query).sort(sort).limit(limit).to_list()
+        cursor = self.runs.find(query).sort(sort).limit(limit)
+        if order != "id" and prefix is None:
+            # Walk the ``made`` index in order, filtering as it goes: never the other
+            # plan, which reads every run of a workflow (or status) and sorts them.
+            cursor = cursor.hint(MADE_INDEX)
+        docs = await cursor.to_list()
         return [run_from_doc(doc) for doc in docs]
