@@ -160,17 +160,20 @@ async def timed(call: Callable[[], Awaitable[Any]], reps: int) -> tuple[float, f
 
 async def measure(engine: Engine, reps: int) -> list[tuple[str, str, float, float]]:
     app = dashboard_app(engine)
-    middle = (await engine.list_runs(limit=1, after="8"))[0].run_id
+    middle = (await engine.list_runs(limit=1, after="8", order="id"))[0].run_id
     now = datetime.now(UTC)
     since = (now - timedelta(days=3)).strftime("%Y-%m-%dT%H:%M:%S")
     before = (now - timedelta(days=2)).strftime("%Y-%m-%dT%H:%M:%S")
     pages = [
-        ("runs list, first page", "/runs", {}),
+        ("runs list, first page (newest first)", "/runs", {}),
+        ("runs list, oldest first", "/runs?order=oldest", {}),
+        ("runs list, by run id", "/runs?order=id", {}),
         ("runs list, live refresh (htmx)", "/runs", {"HX-Request": "true"}),
         ("runs list, status=failed", "/runs?status=failed", {}),
         ("runs list, workflow=order", "/runs?workflow=order", {}),
         ("runs list, workflow=order&status=running", "/runs?workflow=order&status=running", {}),
         ("runs list, next page (after=)", f"/runs?after={middle}", {}),
+        ("runs list, next page by id (after=)", f"/runs?after={middle}&order=id", {}),
         ("runs list, id prefix order-05", "/runs?prefix=order-05", {}),
         ("runs list, created 3 to 2 days ago", f"/runs?since={since}&before={before}", {}),
         ("run page (10 steps)", f"/run?id={SHOWN}", {}),

@@ -9,8 +9,16 @@ from engine_core.errors import InvalidDurationError
 
 Duration = float | int | str
 
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*$")
+_UNITS = {
+    "ms": 0.001,
+    "s": 1.0,
+    "m": 60.0,
+    "h": 3600.0,
+    "d": 86400.0,
+    "w": 7 * 86400.0,
+    "y": 365 * 86400.0,
+}
+_PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w|y)\s*$")
 
 
 #: The longest duration the engine takes (a time that far ahead still fits a datetime).
@@ -28,7 +36,7 @@ def parse_duration(value: object, *, what: str = "duration") -> float:
         if match is None:
             raise InvalidDurationError(
                 f"{what} {value!r} is not a duration: use seconds (a number) or a string "
-                "such as '500ms', '2s', '5m', '1h' or '1d'"
+                "such as '500ms', '2s', '5m', '1h', '1d', '2w' or '1y'"
             )
         seconds = float(match.group(1)) * _UNITS[match.group(2)]
     else:

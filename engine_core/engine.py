@@ -9,7 +9,8 @@ recovery, run control); the engine wires them together through a
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, TypeVar, overload
@@ -17,16 +18,15 @@ from typing import Any, TypeVar, overload
 import engine_core.lifecycle_log as lifecycle_log
 from engine_core.convert import declared_parameter, declared_return, from_json
 from engine_core.durations import Duration, parse_duration
-from engine_core.errors import (
-    InvalidInputError,
-    InvalidRunIdError,
-)
+from engine_core.errors import InvalidInputError, InvalidRunIdError, StoreUnavailableError
 from engine_core.fleet.recovery import RecoveryReport, WorkflowRecovery
 from engine_core.flow.queue_figures import queue_figures
+from engine_core.flow.queue_figures import store_declared_limits as declare_in_store
 from engine_core.flow.queues import add_queue, declare
 from engine_core.flow.starts import check_registered, hold_first_pass, new_run
 from engine_core.host import Host
 from engine_core.mirror import RunMirror, mirror_run
+from engine_core.options import check_order
 from engine_core.records import (
     TERMINAL,
     Worker,
@@ -37,7 +37,8 @@ from engine_core.run.replay_check import replay_check
 from engine_core.run.results import outcome
 from engine_core.runtime import EngineConfig
 from engine_core.schedules.control import ScheduleControl
-from engine_core.schedules.times import Schedule
+from engine_core.schedules.declared import DeclaredSchedule, declare_schedule, store_declared
+from engine_core.schedules.times import Schedule, trigger_run_id
 from engine_core.status import (
     QueueStatus,
     ReplayReport,
@@ -96,11 +97,25 @@ class Engine:
         self._control = self._host.control
         self._host.start_run = self._start_scheduled
         self._schedules = ScheduleControl(store, self._host.workflows, self._host.schedules_changed)
+        self._declared_schedules: dict[str, DeclaredSchedule] = {}
 
     @property
     def instance_id(self) -> str:
         """This engine's identity as a holder of leases and claims."""
         return self._host.instance_id
+
+    async def _call(self, fn: Callable[[], Awaitable[_T]], *, again: bool = True) -> _T:
+        """A client call's store work: an unreachable store is waited out up to
+        ``store_timeout``, then :class:`StoreUnavailableError`. ``again=False``: tried
+        once (a repeat would not be the same call), still within ``store_timeout``."""
+        timeout = self.config.store_timeout
+        if again:
+            return await self._host.outages.call(fn, timeout=timeout)
+        try:
+            async with asyncio.timeout(timeout):
+                return await fn()
+        except TimeoutError:
+            raise StoreUnavailableError(f"the store did not answer within {timeout:g} s") from None
 
     # ---- registration ------------------------------------------------------------
 
@@ -154,6 +169,13 @@ class Engine:
 
     async def __aenter__(self) -> Engine:
         await self._host.serve()
+        try:  # what the code declares, stored for every process to see
+            await self._call(lambda: declare_in_store(self.store, self._host.queues))
+            if await self._call(lambda: store_declared(self.store, self._declared_schedules)):
+                self._host.schedules_changed()
+        except BaseException:
+            await self._host.shut_down()
+            raise
         return self
 
     async def __aexit__(
@@ -228,9 +250,7 @@ class Engine:
         if adopt:
             hold_first_pass(run, self.instance_id, self.config.lease_ttl)
         # A store outage is waited out, up to ``store_timeout``; then a clear error.
-        existing = await host.outages.call(
-            lambda: self.store.insert_run(run), timeout=self.config.store_timeout
-        )
+        existing = await self._call(lambda: self.store.insert_run(run))
         run_id = run.run_id
         if existing is not None:
             if existing.workflow != workflow:
@@ -253,18 +273,20 @@ class Engine:
         return run_id
 
     async def send_event(self, run_id: str, name: str, payload: Any = None) -> None:
-        """Deliver event ``name`` to the run; kept until the run waits for it."""
-        await self._control.send_event(run_id, name, payload)
+        """Deliver event ``name`` to the run; kept until the run waits for it. Raises
+        :class:`RunNotActiveError` (storing nothing) for a run that has ended."""
+        # Not repeated whole: a repeat would store a second event with a new id.
+        await self._call(lambda: self._control.send_event(run_id, name, payload), again=False)
 
     async def status(self, run_id: str) -> RunStatus:
         """The run's status, with each step folded to its latest attempt."""
-        run = await self._control.get(run_id)
-        return fold_status(run, await self.store.load_steps(run_id))
+        run = await self._call(lambda: self._control.get(run_id))
+        return fold_status(run, await self._call(lambda: self.store.load_steps(run_id)))
 
     async def history(self, run_id: str) -> list[TimelineEntry]:
         """Every attempt of every step of the run, with the time of each transition."""
-        run = await self._control.get(run_id)
-        return timeline(run, await self.store.load_steps(run_id))
+        run = await self._call(lambda: self._control.get(run_id))
+        return timeline(run, await self._call(lambda: self.store.load_steps(run_id)))
 
     async def list_runs(
         self,
@@ -277,28 +299,34 @@ class Engine:
         created_since: datetime | None = None,
         created_before: datetime | None = None,
         version: str | None = None,
+        order: str = "newest",
     ) -> list[RunStatus]:
-        """Runs ordered by id; pass the last id seen as ``after`` for the next page.
+        """Runs newest first (by creation time; ``order="oldest"`` the other way round,
+        ``order="id"`` by run id); pass the last id seen as ``after`` for the next page.
 
         ``prefix`` keeps the ids that start with it (plain characters, not a pattern);
         ``created_since`` (inclusive) and ``created_before`` (exclusive) bound the
         creation time (timezone-aware datetimes); ``version`` keeps the runs started with
         that ``version=`` label."""
         check_page(limit, after, MAX_LIST)
+        check_order(order)
         prefix = check_prefix(prefix)
         check_moment(created_since, "created_since")
         check_moment(created_before, "created_before")
-        runs = await self.store.list_runs(
-            workflow=workflow,
-            status=status,
-            limit=limit,
-            after=after,
-            prefix=prefix,
-            created_since=created_since,
-            created_before=created_before,
-            version=version,
+        runs = await self._call(
+            lambda: self.store.list_runs(
+                workflow=workflow,
+                status=status,
+                limit=limit,
+                after=after,
+                prefix=prefix,
+                created_since=created_since,
+                created_before=created_before,
+                version=version,
+                order=order,
+            )
         )
-        return [fold_status(r, []) for r in runs]
+        return [fold_status(r, None) for r in runs]
 
     @overload
     async def result(self, run_id: str, timeout: float | None = None, *, returns: type[T]) -> T: ...
@@ -317,11 +345,14 @@ class Engine:
         Raises WorkflowRunFailedError or WorkflowRunCancelledError for a run that did not
         complete, and TimeoutError past ``timeout`` seconds.
         """
-        check_run_id(run_id)
+        # One read first: an unknown run, or an unreachable store, is told at once.
+        run = await self._call(lambda: self._control.get(run_id))
+        if run.status in TERMINAL:
+            return outcome(run)
         try:
             run = await self._host.waiters.wait(run_id, timeout)
         except TimeoutError:
-            now = await self._control.get(run_id)
+            now = await self._call(lambda: self._control.get(run_id))
             if now.status not in TERMINAL:
                 raise TimeoutError(
                     f"run {run_id!r} is still {now.status} after {timeout} s"
@@ -334,15 +365,15 @@ class Engine:
 
     async def cancel(self, run_id: str, *, compensate: bool = False) -> None:
         """Stop the run for good; with ``compensate`` its compensations run first."""
-        await self._control.cancel(run_id, compensate=compensate)
+        await self._call(lambda: self._control.cancel(run_id, compensate=compensate))
 
     async def suspend(self, run_id: str) -> None:
         """Pause the run: no new step of it starts until :meth:`resume`."""
-        await self._control.suspend(run_id)
+        await self._call(lambda: self._control.suspend(run_id))
 
     async def resume(self, run_id: str) -> None:
         """Set a suspended run running again and give it a pass."""
-        await self._control.resume(run_id)
+        await self._call(lambda: self._control.resume(run_id))
 
     async def retry(self, run_id: str) -> None:
         """Give a ``failed`` run a new pass from the step that failed it.
@@ -356,13 +387,15 @@ class Engine:
         :class:`DuplicateRunError` (changing nothing) while another run that has not
         ended holds its dedup id.
         """
-        await self._control.retry(run_id)
+        # Not repeated whole: once it landed, a repeat would find the run not failed.
+        await self._call(lambda: self._control.retry(run_id), again=False)
 
     async def delete_finished_runs(self, older_than: Duration, *, batch: int = 500) -> int:
         """Delete terminal runs last updated more than ``older_than`` ago, with their steps
         and events; runs that are not terminal are never touched. Returns the count."""
         age = parse_duration(older_than, what="older_than")
-        return await self._control.delete_finished(utcnow() - timedelta(seconds=age), batch)
+        before = utcnow() - timedelta(seconds=age)
+        return await self._call(lambda: self._control.delete_finished(before, batch))
 
     async def recover(self, *, startup: bool = False) -> RecoveryReport:
         """Run one recovery pass now and return its report."""
@@ -400,26 +433,75 @@ class Engine:
 
         Raises :class:`WorkflowNotRegisteredError` for a workflow not registered on this
         engine and :class:`InvalidScheduleError` for an unusable timing."""
-        return await self._schedules.create_schedule(
-            name, workflow, cron=cron, every=every, timezone=timezone, input=input
+        return await self._call(
+            lambda: self._schedules.create_schedule(
+                name, workflow, cron=cron, every=every, timezone=timezone, input=input
+            )
         )
+
+    def schedule(
+        self,
+        name: str,
+        workflow: str,
+        *,
+        cron: str | None = None,
+        every: Duration | None = None,
+        timezone: str = "UTC",
+        input: Any = None,
+        catch_up: str = "latest",
+    ) -> None:
+        """Declare the schedule ``name`` in code, before ``async with`` (like
+        :meth:`queue`): timing and input as :meth:`create_schedule`. The code owns the
+        specification (stored when the engine starts serving, where it differs); the
+        operator owns ``paused`` (a restart never resumes a paused schedule).
+        ``catch_up`` says what the fires missed while nothing ran start: ``"latest"``
+        (one run), ``"none"``, or ``"all"`` (each, at most the last 100)."""
+        if self._host.serving:
+            raise RuntimeError("declare schedules before `async with engine`")
+        self._declared_schedules[name] = declare_schedule(
+            name,
+            workflow,
+            cron=cron,
+            every=every,
+            timezone=timezone,
+            input=input,
+            catch_up=catch_up,
+        )
+
+    async def trigger_schedule(self, name: str) -> str:
+        """Fire the schedule once now, paused or not, and return the run's id
+        (``name@manual-...``, an id no regular fire takes). The run starts here when
+        this engine registered the workflow, else it is recorded for the fleet."""
+        schedule = await self._call(lambda: self._schedules.get(name))
+        run_id = trigger_run_id(schedule.name)
+        if schedule.workflow in self._host.workflows:
+            return await self.start(schedule.workflow, schedule.input, run_id=run_id)
+        run = new_run(
+            schedule.workflow,
+            schedule.input,
+            run_id=run_id,
+            started_by=self.instance_id,
+            queues=self._host.queues,
+        )
+        await self._call(lambda: self.store.insert_run(run))
+        return run_id
 
     async def pause_schedule(self, name: str) -> None:
         """Stop the schedule firing until :meth:`resume_schedule`."""
-        await self._schedules.pause_schedule(name)
+        await self._call(lambda: self._schedules.pause_schedule(name))
 
     async def resume_schedule(self, name: str) -> None:
         """Let a paused schedule fire again, from its next fire after now (the fires
         it missed while paused are not made up)."""
-        await self._schedules.resume_schedule(name)
+        await self._call(lambda: self._schedules.resume_schedule(name))
 
     async def delete_schedule(self, name: str) -> None:
         """Delete the schedule; the runs it started are not touched."""
-        await self._schedules.delete_schedule(name)
+        await self._call(lambda: self._schedules.delete_schedule(name))
 
     async def list_schedules(self) -> list[Schedule]:
         """Every stored schedule, sorted by name (registered on this engine or not)."""
-        return await self._schedules.list_schedules()
+        return await self._call(self._schedules.list_schedules)
 
     async def _start_scheduled(self, workflow: str, input: Any, run_id: str) -> None:
         await self.start(workflow, input, run_id=run_id)
@@ -430,19 +512,19 @@ class Engine:
         """The queues declared on this engine or holding runs in the store, with their
         runs counted (waiting and admitted) and the admissions of this minute and the
         last, sorted by name."""
-        return await queue_figures(self.store, self._host.queues)
+        return await self._call(lambda: queue_figures(self.store, self._host.queues))
 
     async def count_runs(self, workflow: str | None = None) -> dict[str, int]:
         """How many runs (of ``workflow``, when given) are in each status; a status with
         no run is absent."""
         if workflow is not None:
             check_name(workflow, "workflow name")
-        return await self.store.count_runs(workflow=workflow)
+        return await self._call(lambda: self.store.count_runs(workflow=workflow))
 
     async def list_workflows(self) -> list[str]:
         """The names of the workflows that have runs in the store, sorted (registered
         on this engine or not)."""
-        return await self.store.list_workflows()
+        return await self._call(self.store.list_workflows)
 
     async def list_workers(self) -> list[Worker]:
         """The serving engines of the fleet, as each last recorded itself (a few
@@ -480,8 +562,12 @@ class Engine:
 
     async def list_children(self, run_id: str) -> list[RunStatus]:
         """The child runs of the run, ordered by id (without their steps)."""
-        children = await self.store.list_child_runs(check_run_id(run_id))
-        return [fold_status(r, []) for r in sorted(children, key=lambda r: r.run_id)]
+        check_run_id(run_id)
+        children = await self._call(lambda: self.store.list_child_runs(run_id))
+        return [fold_status(r, None) for r in sorted(children, key=lambda r: r.run_id)]
+
+
+_T = TypeVar("_T")
 
 
 def _register(registry: dict[str, Any], name: str, what: str) -> Callable[[F], F]:

@@ -44,6 +44,21 @@ class RunNotFoundError(EngineError, LookupError):
     """No run has this id."""
 
 
+class RunNotActiveError(EngineError):
+    """The run has ended (completed, failed, cancelled, ...): it takes no more events.
+    Nothing was stored."""
+
+    def __init__(self, message: str, *, run_id: str = "", status: str = ""):
+        super().__init__(message)
+        self.run_id = run_id
+        self.status = status
+
+
+class InvalidOptionError(EngineError, ValueError):
+    """An option was given a value it does not take (an ``order``, a ``catch_up``, a
+    dashboard ``secret`` of the wrong type...); the message says what to pass."""
+
+
 class WorkflowNotRegisteredError(EngineError, LookupError):
     """No workflow (or step function) of this name is registered on this engine."""
 

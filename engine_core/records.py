@@ -241,6 +241,8 @@ class ScheduleRecord:
     next_fire_at: datetime
     created_at: datetime
     updated_at: datetime
+    #: The fires missed while nothing ran: "latest" (one run), "none" or "all".
+    catch_up: str = "latest"
 
 
 @dataclass

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from engine_core.journal import merged_steps
-from engine_core.records import ACTIVE, RunRecord, StepRecord
+from engine_core.records import ACTIVE, TERMINAL, RunRecord, StepRecord
 from engine_core.tracing import trace_id_of
 
 
@@ -19,11 +19,21 @@ class StepStatus:
     attempts: int
     result: Any = None
     error: dict[str, Any] | None = None
+    #: What the step is: inline, dispatch, sleep, event, child or compensation.
+    kind: str | None = None
+    #: For a ``scheduled`` step, what it waits for, in words: "event 'approval'",
+    #: "sleep until 2026-12-03T10:00:00Z", "child run 'x'", "a worker to run 'f'"...
+    waiting_for: str | None = None
+    #: For an event wait, the event's name.
+    event: str | None = None
 
 
 @dataclass(frozen=True)
 class RunStatus:
-    """A run's status with each of its steps folded to its latest attempt."""
+    """A run's status with each of its steps folded to its latest attempt.
+
+    A list of runs (``list_runs``, ``list_children``) leaves ``steps`` empty: they are
+    read with ``status``, complete, never in part."""
 
     run_id: str
     workflow: str
@@ -77,17 +87,32 @@ class TimelineEntry:
     error: dict[str, Any] | None = None
 
 
-def fold_status(run: RunRecord, steps: list[StepRecord]) -> RunStatus:
-    """The run's status from its record and its step records (and its journal)."""
+def fold_status(run: RunRecord, steps: list[StepRecord] | None) -> RunStatus:
+    """The run's status from its record and its step records (and its journal);
+    ``steps=None`` (a listing): without steps, since the journal alone is a part."""
     folded: dict[str, StepStatus] = {}
-    for step in sorted(merged_steps(run, steps), key=_first_seen):
-        folded[step.key] = StepStatus(step.status, step.attempts, step.result, step.error)
-    if run.status in ACTIVE:
+    ended = run.status in TERMINAL
+    for step in sorted(merged_steps(run, steps) if steps is not None else [], key=_first_seen):
+        state: str = step.status
+        waiting = _waiting_for(step)
+        if ended and state not in ("succeeded", "failed"):
+            # The run ended while the step was unfinished: it will never run or wake.
+            state, waiting = "cancelled", None
+        folded[step.key] = StepStatus(
+            state,
+            step.attempts,
+            step.result,
+            step.error,
+            kind=step.kind,
+            waiting_for=waiting,
+            event=step.event if step.kind == "event" else None,
+        )
+    if steps is not None and run.status in ACTIVE:
         # An inline attempt in progress lives on the run until its outcome lands.
         for key, inflight in run.inflight.items():
             known = folded.get(key)
             if inflight.attempt > (known.attempts if known else 0):
-                folded[key] = StepStatus("running", inflight.attempt)
+                folded[key] = StepStatus("running", inflight.attempt, kind="inline")
     return RunStatus(
         run_id=run.run_id,
         workflow=run.workflow,
@@ -108,6 +133,27 @@ def fold_status(run: RunRecord, steps: list[StepRecord]) -> RunStatus:
         deadline_at=run.deadline_at,
         version=run.version,
     )
+
+
+def _waiting_for(step: StepRecord) -> str | None:
+    """What a scheduled step waits for, in words (None when it waits for nothing)."""
+    if step.status != "scheduled":
+        return None
+    due = _moment(step.due_at)
+    if step.kind == "event":
+        what = f"event {step.event!r}"
+        return f"{what} (times out at {due})" if due else what
+    if step.kind == "sleep":
+        return f"sleep until {due}" if due else "sleep"
+    if step.kind == "child":
+        return f"child run {step.child_run_id!r}"
+    if step.kind == "dispatch" and (step.attempts == 0 or due is None):
+        return f"a worker to run step function {step.function!r}"
+    return f"retry at {due}" if due else None
+
+
+def _moment(at: datetime | None) -> str | None:
+    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if at is not None else None
 
 
 def _first_seen(step: StepRecord) -> tuple[datetime, str]:

@@ -201,8 +201,12 @@ class Store(Protocol):
         created_since: datetime | None = None,
         created_before: datetime | None = None,
         version: str | None = None,
+        order: str = "id",
     ) -> list[RunRecord]:
-        """Runs ordered by id, starting after the id ``after`` (keyset pagination).
+        """Runs ordered by id, starting after the id ``after`` (keyset pagination);
+        ``order="newest"`` or ``"oldest"``: by creation time (ties by id), newest or
+        oldest first, starting after the run ``after`` (none when it is gone), served by
+        an index, never by sorting the runs in memory.
 
         ``prefix``: only ids that start with it (compared as plain characters, never as a
         pattern). ``created_since`` (inclusive) and ``created_before`` (exclusive): only
@@ -412,6 +416,16 @@ class Store(Protocol):
 
     async def list_workflows(self) -> list[str]:
         """The names of the workflows of the stored runs, sorted, each once."""
+
+    # ---- declared queue limits -------------------------------------------------
+
+    async def put_queue_limits(self, name: str, limits: dict[str, Any]) -> None:
+        """Store the limits queue ``name`` was declared with (JSON-shaped:
+        ``concurrency``, ``worker_concurrency``, ``key_concurrency``, ``rate``),
+        replacing what was stored for it (an upsert: repeating it is harmless)."""
+
+    async def list_queue_limits(self) -> dict[str, dict[str, Any]]:
+        """Every queue's stored limits, by queue name."""
 
     # ---- schedules --------------------------------------------------------------
 

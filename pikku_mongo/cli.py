@@ -1,12 +1,13 @@
-"""``pikku-mongo``: see and steer runs from a terminal. Reads ``MONGODB_URI``.
+"""``pikku-mongo``: see and steer runs from a terminal. Reads ``--uri`` or ``MONGODB_URI``.
 
     pikku-mongo runs list [--workflow W] [--status S] [--version V] [--limit N] [--after ID]
+                          [--order O]
     pikku-mongo runs show RUN_ID
     pikku-mongo runs cancel RUN_ID [--compensate]
     pikku-mongo runs suspend RUN_ID | resume RUN_ID | retry RUN_ID
     pikku-mongo queues list
     pikku-mongo workers list
-    pikku-mongo schedules list | pause NAME | resume NAME | delete NAME
+    pikku-mongo schedules list | pause NAME | resume NAME | delete NAME | trigger NAME
     pikku-mongo recover
     pikku-mongo prune --older-than 30d
     pikku-mongo init
@@ -15,7 +16,9 @@
     pikku-mongo ui [--host 127.0.0.1] [--port 8642] [--token T] [--read-only] [--refresh S]
                    [--metrics]
 
-Every command but ``ui`` takes ``--json``. Errors are one line on stderr, with exit code 1
+Every command takes ``--uri URI`` (before or after the command) in place of
+``MONGODB_URI``; ``pikku-mongo --version`` prints the version. Every command but ``ui``
+takes ``--json``. Errors are one line on stderr, with exit code 1
 (2 for bad usage). A server that does not answer fails a command within about
 ``SERVER_TIMEOUT_S`` seconds (unless the URI sets ``serverSelectionTimeoutMS`` itself).
 ``doctor`` exits 1 when a check fails; ``replay-check`` exits 1 when a stored run
@@ -32,11 +35,14 @@ import sys
 from collections.abc import Sequence
 from dataclasses import asdict, is_dataclass
 from datetime import datetime
+from importlib import metadata
 from typing import Any, get_args
 
 from pymongo.errors import ConnectionFailure
 
-from engine_core import Engine, EngineError, RunStatus
+from engine_core import Engine, EngineError, RunStatus, StepStatus
+from engine_core.durations import parse_duration
+from engine_core.options import ORDERS
 from engine_core.records import RunState
 from pikku_mongo.doctor import diagnose, render
 from pikku_mongo.errors import ServerUnreachableError
@@ -47,6 +53,8 @@ from pikku_mongo.store import MongoStore, _redact
 
 #: The statuses ``runs list --status`` accepts.
 RUN_STATUSES: tuple[str, ...] = tuple(get_args(RunState))
+NO_URI = "pass --uri or set MONGODB_URI (with a database name in its path)"
+URI_HELP = "the MongoDB URI, with the database in its path (default: MONGODB_URI)"
 #: How long a command waits for a server to answer before it gives up (seconds).
 SERVER_TIMEOUT_S = 5.0
 
@@ -72,6 +80,14 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, datetime):
         return value.isoformat()
     return value
+
+
+def _listed(run: RunStatus) -> dict[str, Any]:
+    """A run of a list, as JSON: without ``steps`` (a list does not read them; ``runs
+    show`` does), never a part of them."""
+    data: dict[str, Any] = _jsonable(run)
+    data.pop("steps", None)
+    return data
 
 
 def _time(value: datetime | None) -> str:
@@ -125,7 +141,7 @@ def _show_run(status: RunStatus, history: list[Any]) -> str:
             lines.append(f"  recorded {_short(status.error.get('recorded'), 100)}")
             lines.append(f"  found    {_short(status.error.get('found'), 100)}")
     rows = [
-        [name, step.status, str(step.attempts), _short(_error_text(step.error) or step.result)]
+        [name, step.status, str(step.attempts), _short(_step_text(step))]
         for name, step in status.steps.items()
     ]
     lines += ["", _table(["step", "status", "attempts", "result / error"], rows)]
@@ -141,6 +157,13 @@ def _show_run(status: RunStatus, history: list[Any]) -> str:
     ]
     lines += ["", _table(["time", "step", "attempt", "status", "error"], timeline)]
     return "\n".join(lines)
+
+
+def _step_text(step: StepStatus) -> Any:
+    """A step's result, error, or what it waits for."""
+    if step.waiting_for:
+        return f"waits for {step.waiting_for}"
+    return _error_text(step.error) or step.result
 
 
 def _queue_text(status: RunStatus) -> str:
@@ -181,8 +204,8 @@ async def _workers(engine: Engine) -> tuple[Any, str]:
 
 
 async def _queues(engine: Engine) -> tuple[Any, str]:
-    """``pikku-mongo queues list``: the queues found in the store, with their figures.
-    This tool declares no queue, so no limits are known to it."""
+    """``pikku-mongo queues list``: the queues found in the store, with their figures
+    and the limits a serving process declared them with (stored)."""
     queues = await engine.list_queues()
     rows = [
         [
@@ -273,6 +296,7 @@ async def _run(args: argparse.Namespace, uri: str) -> Any:
                 limit=args.limit,
                 after=args.after,
                 version=args.version,
+                order=args.order,
             )
             headers = ["run", "workflow", "status", "created", "updated"]
             rows = [
@@ -290,8 +314,9 @@ async def _run(args: argparse.Namespace, uri: str) -> Any:
                     row.insert(at, _queue_text(r) if r.queue else "-")
             text = _table(headers, rows)
             if len(runs) == args.limit:
-                text += f"\n(more: --after {runs[-1].run_id})"
-            return [_jsonable(r) for r in runs], text
+                order = "" if args.order == "newest" else f" --order {args.order}"
+                text += f"\n(more: --after {runs[-1].run_id}{order})"
+            return [_listed(r) for r in runs], text
         if action == "show":
             status = await engine.status(args.run_id)
             history = await engine.history(args.run_id)
@@ -336,6 +361,9 @@ async def _schedules(engine: Engine, args: argparse.Namespace) -> tuple[Any, str
     if action == "delete":
         await engine.delete_schedule(name)
         return {"name": name, "deleted": True}, f"schedule {name} deleted"
+    if action == "trigger":
+        run_id = await engine.trigger_schedule(name)
+        return {"name": name, "run_id": run_id}, f"schedule {name} fired: run {run_id}"
     if action == "pause":
         await engine.pause_schedule(name)
     else:
@@ -344,9 +372,29 @@ async def _schedules(engine: Engine, args: argparse.Namespace) -> tuple[Any, str
     return {"name": name, "paused": paused}, f"schedule {name} {'paused' if paused else 'resumed'}"
 
 
+def _older_than(value: str) -> float:
+    """``prune --older-than``, its errors naming the option as typed."""
+    return parse_duration(value, what="--older-than")
+
+
+def _version() -> str:
+    try:
+        return metadata.version("pikku-mongo")
+    except metadata.PackageNotFoundError:  # a checkout run without installing
+        return "unknown"
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="pikku-mongo", description=__doc__.split("\n")[0])
-    common = argparse.ArgumentParser(add_help=False)
+    # Help is plain text: the docstring's RST literals lose their backticks.
+    parser = argparse.ArgumentParser(
+        prog="pikku-mongo", description=__doc__.split("\n")[0].replace("``", "")
+    )
+    parser.add_argument("--version", action="version", version=f"pikku-mongo {_version()}")
+    parser.add_argument("--uri", help=URI_HELP)
+    # After the command too; SUPPRESS keeps a --uri given before it.
+    with_uri = argparse.ArgumentParser(add_help=False)
+    with_uri.add_argument("--uri", default=argparse.SUPPRESS, help=URI_HELP)
+    common = argparse.ArgumentParser(add_help=False, parents=[with_uri])
     common.add_argument("--json", action="store_true", help="print JSON")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("init", parents=[common], help="create the indexes")
@@ -364,6 +412,12 @@ def _parser() -> argparse.ArgumentParser:
     listing.add_argument("--version", help="only runs started with this version= label")
     listing.add_argument("--limit", type=int, default=50)
     listing.add_argument("--after", help="the last run id of the previous page")
+    listing.add_argument(
+        "--order",
+        choices=ORDERS,
+        default="newest",
+        help="newest first (the default), oldest first, or by run id",
+    )
     for name, text in (
         ("show", "steps, attempts and timeline of a run"),
         ("cancel", "cancel a run"),
@@ -392,11 +446,14 @@ def _parser() -> argparse.ArgumentParser:
         ("pause", "stop a schedule firing"),
         ("resume", "let a paused schedule fire again, from its next fire"),
         ("delete", "delete a schedule (its runs stay)"),
+        ("trigger", "start one run of a schedule now, paused or not"),
     ):
         action = schedule_actions.add_parser(name, parents=[common], help=text)
         action.add_argument("name")
     add_replay_check(sub, common)
-    ui = sub.add_parser("ui", help="serve the web dashboard (needs the ui extra)")
+    ui = sub.add_parser(
+        "ui", parents=[with_uri], help="serve the web dashboard (needs the ui extra)"
+    )
     ui.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
     ui.add_argument("--port", type=int, default=8642, help="port to listen on (8642)")
     ui.add_argument(
@@ -433,11 +490,11 @@ def _ui(args: argparse.Namespace) -> int:
         )
         return 1
     token = args.token or os.environ.get("PIKKU_MONGO_UI_TOKEN") or None
-    uri = os.environ.get("MONGODB_URI")
+    uri = args.uri or os.environ.get("MONGODB_URI")
     try:
         check_bind(args.host, token)
         if not uri:
-            raise RefusedToServe("set MONGODB_URI (with a database name in its path)")
+            raise RefusedToServe(NO_URI)
         asyncio.run(
             serve(
                 uri,
@@ -453,7 +510,8 @@ def _ui(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return 0
     except Exception as exc:  # one line, whatever the driver or the server raises
-        name = "" if isinstance(exc, RefusedToServe | ValueError) else f"{type(exc).__name__}: "
+        plain = RefusedToServe | ValueError | ServerUnreachableError
+        name = "" if isinstance(exc, plain) else f"{type(exc).__name__}: "
         print(f"pikku-mongo: {name}{_one_line(exc)}", file=sys.stderr)
         return 1
     return 0
@@ -463,13 +521,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "ui":
         return _ui(args)
-    uri = os.environ.get("MONGODB_URI")
+    uri = getattr(args, "uri", None) or os.environ.get("MONGODB_URI")
     if not uri and args.command != "replay-check":  # the app's engine has its own store
-        print("pikku-mongo: set MONGODB_URI (with a database name in its path)", file=sys.stderr)
-        return 1
+        return _failed(args, NO_URI)
     uri = uri or ""
     code = 0
     try:
+        if args.command == "prune":  # checked before any server is asked
+            args.older_than = _older_than(args.older_than)
         if args.command == "replay-check":
             data, text, code = asyncio.run(replay_check_command(args))
         elif args.command == "doctor":
@@ -477,20 +536,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             data, text = asyncio.run(_run(args, uri))
     except ServerUnreachableError as exc:
-        print(f"pikku-mongo: {exc}", file=sys.stderr)
-        return 1
+        return _failed(args, str(exc))
     except ConnectionFailure as exc:  # the server went away in the middle
         reason = short_reason(exc)
-        print(f"pikku-mongo: lost the MongoDB server at {_redact(uri)} ({reason})", file=sys.stderr)
-        return 1
+        return _failed(args, f"lost the MongoDB server at {_redact(uri)} ({reason})")
     except (EngineError, ValueError, TypeError, OSError) as exc:
-        print(f"pikku-mongo: {_flat(str(exc))}", file=sys.stderr)
-        return 1
+        return _failed(args, _flat(str(exc)))
     except Exception as exc:  # a one-line error for anything the driver raises
-        print(f"pikku-mongo: {type(exc).__name__}: {_flat(short_reason(exc))}", file=sys.stderr)
-        return 1
+        return _failed(args, f"{type(exc).__name__}: {_flat(short_reason(exc))}")
     print(json.dumps(data, indent=2) if args.json else text)
     return code
+
+
+def _failed(args: argparse.Namespace, message: str) -> int:
+    """One line on stderr, exit code 1; ``doctor --json`` also prints its report, every
+    check failed, on stdout (a monitor reading it gets JSON whatever happened)."""
+    print(f"pikku-mongo: {message}", file=sys.stderr)
+    if args.command == "doctor" and args.json:
+        check = {"check": "server", "status": "fail", "detail": message}
+        report = {"ok": False, "failures": 1, "warnings": 0, "error": message, "checks": [check]}
+        print(json.dumps(report, indent=2))
+    return 1
 
 
 def _flat(text: str) -> str:

@@ -92,6 +92,12 @@ def inflight_entry(key: str, attempt: int, started_at: datetime) -> Doc:
     return {"key": key, "attempt": attempt, "started_at": to_us(started_at)}
 
 
+def made_key(created_us: int, packed_id: str) -> str:
+    """A run document's ``made``: its creation time (microseconds, zero-padded), then
+    its packed id; one string in (creation time, id) order (see ``pikku_mongo.listing``)."""
+    return f"{created_us:017d}:{packed_id}"
+
+
 def run_to_doc(run: RunRecord) -> Doc:
     return {
         "_id": pack(check_str(run.run_id, "run id")),
@@ -114,6 +120,8 @@ def run_to_doc(run: RunRecord) -> Doc:
         "open_pass": bool(run.open_pass),
         "created_at": to_us(run.created_at),
         "updated_at": to_us(run.updated_at),
+        # Lists by creation time (see ``pikku_mongo.listing``).
+        "made": made_key(to_us(run.created_at), pack(run.run_id)),
         # The run's lease: free when ``lease_us`` is in the past (0: never held).
         "lease_us": opt_to_us(run.lease_expires_at) or 0,
         "holder": pack_opt(run.lease_holder),

@@ -36,6 +36,8 @@ RUN_INDEXES = [
     # list_runs of one workflow. (Not (workflow, _id): on nx-27017 a compound index
     # naming _id makes every later insert fail with "JSON path error near '_id'".)
     IndexModel([("workflow", ASCENDING)]),
+    # list_runs newest or oldest first: (creation time, id) as one string.
+    IndexModel([("made", ASCENDING)]),
     # Flow control: each field exists only while it means something (see
     # ``documents.flow_fields``), so sparse indexes hold the live runs only.
     # At most one live run per (queue, dedup_id).

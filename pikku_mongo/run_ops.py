@@ -36,7 +36,7 @@ from pikku_mongo.documents import (
     step_to_text,
 )
 from pikku_mongo.encoding import dump_value, pack, to_us, unpack
-from pikku_mongo.filters import eq, id_prefix_range
+from pikku_mongo.filters import eq
 from pikku_mongo.retry import surface_oversize, transient_retry
 from pikku_mongo.skew import SkewBound
 
@@ -413,47 +413,6 @@ class RunOps(SkewBound):
             found += await self.runs.find(query).sort(_LEAST_RECENT).limit(limit).to_list()
         found.sort(key=lambda d: d.get("updated_at", 0))
         return [run_from_doc(doc) for doc in found[:limit]]
-
-    @transient_retry
-    async def list_runs(
-        self,
-        *,
-        workflow: str | None,
-        status: str | None,
-        limit: int,
-        after: str | None,
-        prefix: str | None = None,
-        created_since: datetime | None = None,
-        created_before: datetime | None = None,
-        version: str | None = None,
-    ) -> list[RunRecord]:
-        """1 find: by ``_id`` order with a limit; ``after`` and ``prefix`` are bounds on
-        ``_id``, so the ``_id`` index serves them."""
-        if check_int(limit, "limit") <= 0:
-            return []
-        query: Doc = {}
-        if check_opt_str(workflow, "workflow") is not None:
-            query["workflow"] = eq(pack(cast(str, workflow)))
-        if check_opt_str(status, "run status") is not None:
-            query["status"] = eq(status)
-        if check_opt_str(version, "version") is not None:
-            query["version"] = eq(pack(cast(str, version)))
-        ids: Doc = {}
-        if check_opt_str(prefix, "run id prefix") is not None:
-            ids.update(id_prefix_range(cast(str, prefix)))
-        if check_opt_str(after, "after") is not None:
-            ids["$gt"] = pack(cast(str, after))
-        if ids:
-            query["_id"] = ids
-        created: Doc = {}
-        if created_since is not None:
-            created["$gte"] = to_us(check_datetime(created_since, "created_since"))
-        if created_before is not None:
-            created["$lt"] = to_us(check_datetime(created_before, "created_before"))
-        if created:
-            query["created_at"] = created
-        docs = await self.runs.find(query).sort(_BY_ID).limit(limit).to_list()
-        return [run_from_doc(doc) for doc in docs]
 
     @transient_retry
     async def delete_runs(self, *, finished_before: datetime, limit: int) -> int:

@@ -4,7 +4,7 @@ One document per schedule, ``_id`` = the packed name (so names sort as the in-me
 store sorts them and ``list_schedules`` reads in ``_id`` order)::
 
     {_id, workflow, cron, every, timezone, input (JSON text), paused (0/1),
-     next_fire_us, created_us, updated_us}
+     next_fire_us, created_us, updated_us, catch_up}
 
 Times are int64 microseconds like the rest of the store; ``paused`` is 0/1 (nx-27017
 reads a boolean written with ``$set`` back as 1). Every query addresses one schedule by
@@ -53,6 +53,7 @@ def schedule_to_doc(schedule: ScheduleRecord) -> Doc:
         "next_fire_us": to_us(check_datetime(schedule.next_fire_at, "next_fire_at")),
         "created_us": to_us(check_datetime(schedule.created_at, "created_at")),
         "updated_us": to_us(check_datetime(schedule.updated_at, "updated_at")),
+        "catch_up": check_str(schedule.catch_up, "schedule catch_up"),
     }
 
 
@@ -69,6 +70,7 @@ def schedule_from_doc(doc: Doc) -> ScheduleRecord:
         next_fire_at=from_us(doc["next_fire_us"]),
         created_at=from_us(doc["created_us"]),
         updated_at=from_us(doc["updated_us"]),
+        catch_up=doc.get("catch_up") or "latest",
     )
 
 

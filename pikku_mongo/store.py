@@ -79,11 +79,13 @@ from engine_core.records import EventRecord, Lease, utcnow
 from pikku_mongo.batcher import Batcher
 from pikku_mongo.checks import check_int, check_str
 from pikku_mongo.command_metrics import CommandCounter
+from pikku_mongo.declared_ops import DeclaredOps
 from pikku_mongo.documents import Doc, event_from_doc, event_to_doc, lease_expiry, lease_from_doc
 from pikku_mongo.encoding import EPOCH, pack, to_us
 from pikku_mongo.errors import MissingDatabaseError
 from pikku_mongo.filters import eq
 from pikku_mongo.indexes import create_indexes
+from pikku_mongo.listing import ListingOps, backfill_made
 from pikku_mongo.migrations import migrate
 from pikku_mongo.queue_ops import QueueOps
 from pikku_mongo.retry import transient_retry
@@ -110,7 +112,7 @@ _AFTER = ReturnDocument.AFTER
 _BY_ID = [("_id", 1)]
 
 
-class MongoStore(RunOps, StepOps, QueueOps, ScheduleOps, WorkerOps):
+class MongoStore(RunOps, ListingOps, StepOps, QueueOps, ScheduleOps, WorkerOps, DeclaredOps):
     """The engine's store on a MongoDB database (see the module docstring)."""
 
     def __init__(
@@ -151,6 +153,7 @@ class MongoStore(RunOps, StepOps, QueueOps, ScheduleOps, WorkerOps):
         self.queues = self._collection("queues")
         self.schedules = self._collection("schedules")
         self.workers = self._collection("workers")
+        self.queue_limits = self._collection("queue_limits")
         # Group commit, one queue per collection written on the hot path. A document a
         # guarded upsert created has none of the fields every real document has.
         self.run_writes = Batcher(self.runs, {"workflow": {"$exists": False}})
@@ -226,6 +229,7 @@ class MongoStore(RunOps, StepOps, QueueOps, ScheduleOps, WorkerOps):
     @transient_retry
     async def _prepare(self) -> None:
         await migrate(self.meta, self.runs, self.steps)
+        await backfill_made(self.meta, self.runs)
         created = await create_indexes(
             self.runs, self.steps, self.events, self.leases, ttl=not self._ttl_refused
         )

@@ -79,17 +79,23 @@ async def test_init_and_list_and_show(cli: Cli, engine_on: Engine) -> None:
         run_id = await engine_on.start("cli-wf", "ok", run_id="run-a")
         await engine_on.result(run_id, timeout=10)
         await engine_on.start("cli-wf", "wait", run_id="run-b")
+        for _ in range(200):  # until it waits for its event
+            if "go" in (await engine_on.status("run-b")).steps:
+                break
+            await asyncio.sleep(0.02)
     table = cli("runs", "list").stdout
     assert "run-a" in table and "completed" in table and "run-b" in table
     listed = as_json(cli("runs", "list", "--json", "--status", "completed"))
     assert [r["run_id"] for r in listed] == ["run-a"]
-    page = cli("runs", "list", "--limit", "1").stdout
-    assert "--after run-a" in page
+    page = cli("runs", "list", "--limit", "1").stdout  # newest first
+    assert "--after run-b" in page and "run-a" not in page.split("(more")[0]
     shown = cli("runs", "show", "run-a").stdout
     assert "first" in shown and "succeeded" in shown and "attempts" in shown
     detail = as_json(cli("runs", "show", "run-a", "--json"))
     assert detail["status"] == "completed" and detail["steps"]["first"]["attempts"] == 1
     assert [h["status"] for h in detail["history"]] == ["running", "succeeded"]
+    waiting = cli("runs", "show", "run-b").stdout
+    assert "waits for event 'go'" in waiting
 
 
 async def test_cancel_suspend_resume(cli: Cli, engine_on: Engine) -> None:

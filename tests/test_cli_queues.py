@@ -46,5 +46,5 @@ async def test_queues_list_and_queued_runs(cli: Cli, engine_on: Engine) -> None:
     mail = listed[0]
     assert (mail["name"], mail["queued"], mail["active"]) == ("mail", 1, 1)
     assert mail["admitted_this_minute"] + mail["admitted_last_minute"] == 1
-    # The tool declares no queue: the limits are not known to it.
-    assert mail["concurrency"] is None and mail["rate"] is None
+    # The tool declares no queue: it shows the limits the serving engine stored.
+    assert mail["concurrency"] is not None

@@ -13,6 +13,7 @@ from engine_core import (
     EngineError,
     InvalidDurationError,
     InvalidNameError,
+    InvalidOptionError,
     InvalidRunIdError,
     NotSerializableError,
     RunNotFoundError,
@@ -204,10 +205,16 @@ async def test_list_runs_filters_and_pages(engine: Engine) -> None:
     register_double(engine)
     for i in range(5):
         await engine.start("double", {"n": i}, run_id=f"run-{i}")
-    page = await engine.list_runs(limit=2)
-    assert [r.run_id for r in page] == ["run-0", "run-1"]
-    rest = await engine.list_runs(after="run-1", status="running", workflow="double")
-    assert [r.run_id for r in rest] == ["run-2", "run-3", "run-4"]
+    page = await engine.list_runs(limit=2)  # newest first
+    assert [r.run_id for r in page] == ["run-4", "run-3"]
+    rest = await engine.list_runs(after="run-3", status="running", workflow="double")
+    assert [r.run_id for r in rest] == ["run-2", "run-1", "run-0"]
+    oldest = await engine.list_runs(limit=2, order="oldest")
+    assert [r.run_id for r in oldest] == ["run-0", "run-1"]
+    by_id = await engine.list_runs(after="run-1", order="id")
+    assert [r.run_id for r in by_id] == ["run-2", "run-3", "run-4"]
+    with pytest.raises(InvalidOptionError, match="order must be one of 'newest', 'oldest'"):
+        await engine.list_runs(order="sideways")
 
 
 async def test_a_value_over_the_document_limit_fails_that_step_clearly(engine: Engine) -> None:

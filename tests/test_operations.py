@@ -92,12 +92,12 @@ async def test_list_runs_by_prefix_and_time_counts_and_workflow_names(engine: En
     assert await engine.list_workflows() == ["a", "b"]
     assert await engine.count_runs() == {"running": 4, "suspended": 1}
     assert await engine.count_runs("a") == {"running": 3, "suspended": 1}
-    listed = await engine.list_runs(prefix="order/")
+    listed = await engine.list_runs(prefix="order/", order="id")
     assert [r.run_id for r in listed] == ["order/1", "order/2"]
     assert listed[0].input == {"id": "order/1"}
-    assert [r.run_id for r in await engine.list_runs(prefix="order", after="order/2")] == [
-        "order?3"
-    ]
+    assert [
+        r.run_id for r in await engine.list_runs(prefix="order", after="order/2", order="id")
+    ] == ["order?3"]
     assert len(await engine.list_runs(created_since=before)) == 5
     assert await engine.list_runs(created_before=before) == []
     assert await engine.list_runs(prefix="") == await engine.list_runs()

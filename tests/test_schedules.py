@@ -35,7 +35,7 @@ def _register(engine: Engine, seen: list[Any] | None = None) -> None:
 
 
 async def _runs_of(engine: Engine, name: str) -> list[str]:
-    return [r.run_id for r in await engine.list_runs(prefix=f"{name}@", limit=1000)]
+    return [r.run_id for r in await engine.list_runs(prefix=f"{name}@", limit=1000, order="id")]
 
 
 async def _wait_for_runs(engine: Engine, name: str, count: int, timeout: float = 5) -> list[str]:

@@ -47,6 +47,7 @@ class InMemoryStore(StepMemory, EventLeaseMemory, FlowMemory, WorkerMemory):
         # (queue or "", dedup_id) -> the run that took it; free once that run is terminal.
         self._dedup: dict[tuple[str, str], str] = {}
         self._schedules: dict[str, ScheduleRecord] = {}
+        self._queue_limits: dict[str, dict[str, Any]] = {}
 
     async def init(self) -> None:
         return None
@@ -289,7 +290,22 @@ class InMemoryStore(StepMemory, EventLeaseMemory, FlowMemory, WorkerMemory):
         created_since: datetime | None = None,
         created_before: datetime | None = None,
         version: str | None = None,
+        order: str = "id",
     ) -> list[RunRecord]:
+        if order != "id":
+            return (
+                self._list_by_time(
+                    workflow, status, limit, after, prefix, created_since, created_before, order
+                )
+                if version is None
+                else [
+                    r
+                    for r in self._list_by_time(
+                        workflow, status, 10**9, after, prefix, created_since, created_before, order
+                    )
+                    if r.version == version
+                ][:limit]
+            )
         found = sorted(
             (
                 r
@@ -303,6 +319,46 @@ class InMemoryStore(StepMemory, EventLeaseMemory, FlowMemory, WorkerMemory):
                 and (version is None or r.version == version)
             ),
             key=lambda r: r.run_id,
+        )
+        return [clone(r) for r in found[:limit]]
+
+    def _list_by_time(
+        self,
+        workflow: str | None,
+        status: str | None,
+        limit: int,
+        after: str | None,
+        prefix: str | None,
+        created_since: datetime | None,
+        created_before: datetime | None,
+        order: str,
+    ) -> list[RunRecord]:
+        newest = order == "newest"
+        start = None
+        if after is not None:
+            if after not in self._runs:
+                return []
+            start = (self._runs[after].created_at, after)
+        found = sorted(
+            (
+                r
+                for r in self._runs.values()
+                if (workflow is None or r.workflow == workflow)
+                and (status is None or r.status == status)
+                and (prefix is None or r.run_id.startswith(prefix))
+                and (created_since is None or r.created_at >= created_since)
+                and (created_before is None or r.created_at < created_before)
+                and (
+                    start is None
+                    or (
+                        (r.created_at, r.run_id) < start
+                        if newest
+                        else (r.created_at, r.run_id) > start
+                    )
+                )
+            ),
+            key=lambda r: (r.created_at, r.run_id),
+            reverse=newest,
         )
         return [clone(r) for r in found[:limit]]
 
@@ -328,6 +384,12 @@ class InMemoryStore(StepMemory, EventLeaseMemory, FlowMemory, WorkerMemory):
             if workflow is None or run.workflow == workflow:
                 counts[run.status] = counts.get(run.status, 0) + 1
         return counts
+
+    async def put_queue_limits(self, name: str, limits: dict[str, Any]) -> None:
+        self._queue_limits[name] = dict(limits)
+
+    async def list_queue_limits(self) -> dict[str, dict[str, Any]]:
+        return {name: dict(limits) for name, limits in self._queue_limits.items()}
 
     async def list_workflows(self) -> list[str]:
         return sorted({run.workflow for run in self._runs.values()})

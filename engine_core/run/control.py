@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any
 
 import engine_core.lifecycle_log as lifecycle_log
-from engine_core.errors import RunNotFoundError
+from engine_core.errors import RunNotActiveError, RunNotFoundError
 from engine_core.mirror import mirror_run, mirror_step
 from engine_core.records import (
     STOPPABLE,
@@ -56,9 +56,16 @@ class RunControl:
         return run
 
     async def send_event(self, run_id: str, name: str, payload: Any) -> None:
-        """Keep event ``name`` for the run and tell the run."""
+        """Keep event ``name`` for the run and tell the run; :class:`RunNotActiveError`
+        (storing nothing) when the run has ended."""
         run = await self.get(run_id)
         check_name(name, "event name")
+        if run.status in TERMINAL:
+            raise RunNotActiveError(
+                f"run {run_id!r} has ended ({run.status}); it takes no more events",
+                run_id=run_id,
+                status=run.status,
+            )
         event = EventRecord(
             # Ordered by sending time first, so waits consume events oldest first.
             event_id=f"{time.time_ns():020d}-{uuid.uuid4().hex[:12]}",

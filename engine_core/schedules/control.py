@@ -65,6 +65,14 @@ class ScheduleControl:
         self._changed()
         return schedule_of(record)
 
+    async def get(self, name: str) -> ScheduleRecord:
+        """The stored schedule, or :class:`ScheduleNotFoundError`."""
+        check_name(name, "schedule name")
+        found = await self._store.get_schedule(name)
+        if found is None:
+            raise ScheduleNotFoundError(f"no schedule is named {name!r}")
+        return found
+
     async def pause_schedule(self, name: str) -> None:
         """Stop the schedule firing until :meth:`resume_schedule`."""
         check_name(name, "schedule name")
@@ -110,4 +118,5 @@ def schedule_of(record: ScheduleRecord) -> Schedule:
         input=record.input,
         paused=record.paused,
         next_fire_at=record.next_fire_at,
+        catch_up=record.catch_up,
     )

@@ -11,8 +11,10 @@ fires each fire once because a fire is two idempotent steps, in this order:
    see it moved and carry on.
 
 A process that dies between the two leaves ``next_fire_at`` behind; the next firer
-starts the same run id again (nothing) and moves it. The fire time is the latest fire
-at or before now, so fires missed while no process ran collapse into one.
+starts the same run id again (nothing) and moves it. The fires missed while no process
+ran go by the schedule's ``catch_up``: "latest" (the default) starts the latest of them
+only, "none" starts none (a fire more than :data:`LATE_S` late is skipped), "all"
+starts each in turn, at most the last :data:`MAX_CATCH_UP` of them.
 
 The loop sleeps until the earliest ``next_fire_at`` it knows, re-reading the schedules
 at least every :data:`REREAD_S` seconds (and at once when this process creates or
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any
@@ -46,6 +49,13 @@ log = logging.getLogger("engine_core.schedules.scheduler")
 
 #: The longest the loop sleeps before it reads the schedules again (seconds).
 REREAD_S = 1.0
+
+#: With ``catch_up="none"``, a fire this late (seconds) was missed: it starts no run.
+LATE_S = 60.0
+#: With ``catch_up="all"``, at most this many missed fires start runs (the latest).
+MAX_CATCH_UP = 100
+#: ... found by stepping at most this many fires forward from the oldest missed one.
+_MAX_STEPS = 10_000
 
 #: ``await start_run(workflow, input, run_id)``: start a run (idempotent by run id).
 StartRun = Callable[[str, Any, str], Awaitable[Any]]
@@ -107,18 +117,40 @@ class Scheduler:
         fire = latest_fire(spec, now)
         if fire is None or fire < schedule.next_fire_at:
             fire = schedule.next_fire_at
+        skip = False
+        if schedule.catch_up == "all":
+            fire = _oldest_kept(spec, schedule.next_fire_at, now)
+        elif schedule.catch_up == "none":
+            skip = (now - fire).total_seconds() > LATE_S
         run_id = fire_run_id(schedule.name, fire)
         try:
-            await self.start_run(schedule.workflow, schedule.input, run_id)
-            self.fired += 1
+            if not skip:
+                await self.start_run(schedule.workflow, schedule.input, run_id)
+                self.fired += 1
         except (asyncio.CancelledError, StoreUnavailableError):
             raise
         except Exception:
             # A start that can never succeed (its run id taken by another workflow's
             # run) must not stop the schedule: this fire is given up.
             log.exception("schedule %r could not start run %r", schedule.name, run_id)
-        upcoming = next_fire(spec, max(now, fire))
+        upcoming = next_fire(spec, fire if schedule.catch_up == "all" else max(now, fire))
         await self.store.advance_schedule(
             schedule.name, expect=schedule.next_fire_at, next_fire_at=upcoming
         )
         return upcoming
+
+
+def _oldest_kept(spec: ScheduleSpec, oldest: datetime, now: datetime) -> datetime:
+    """The first missed fire that ``catch_up="all"`` starts: the oldest of the last
+    :data:`MAX_CATCH_UP` fires from ``oldest`` to ``now``."""
+    kept: deque[datetime] = deque([oldest], maxlen=MAX_CATCH_UP)
+    fire = oldest
+    for _ in range(_MAX_STEPS):
+        fire = next_fire(spec, fire)
+        if fire > now:
+            break
+        kept.append(fire)
+    else:  # too many to step through: the last ones, counted back from now
+        latest = latest_fire(spec, now)
+        return latest if latest is not None else oldest
+    return kept[0]

@@ -13,6 +13,7 @@ it forward, so the two always agree: there is no fire strictly between
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -143,6 +144,12 @@ def fire_run_id(name: str, fire: datetime) -> str:
     return f"{name}@{_aware(fire).astimezone(UTC):%Y-%m-%dT%H:%M:%SZ}"
 
 
+def trigger_run_id(name: str) -> str:
+    """The run id of a fire asked for now (``trigger_schedule``): ``name@manual-`` and
+    13 random hex digits, as long as a fire's, and never a fire's (no date)."""
+    return f"{name}@manual-{uuid.uuid4().hex[:13]}"
+
+
 #: How much longer than its name a schedule's run ids are.
 RUN_ID_SUFFIX_LENGTH = len(fire_run_id("", _EPOCH))
 
@@ -169,3 +176,5 @@ class Schedule:
     input: Any
     paused: bool
     next_fire_at: datetime
+    #: What the fires missed while nothing ran start: "latest", "none" or "all".
+    catch_up: str = "latest"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from engine_core.testing.event_lease_cases import EventLeaseCases
 from engine_core.testing.flow_cases import FlowCases
+from engine_core.testing.operator_cases import OperatorCases
 from engine_core.testing.replay_cases import ReplayRecordCases
 from engine_core.testing.run_cases import RunCases
 from engine_core.testing.schedule_cases import ScheduleCases
@@ -12,7 +13,14 @@ from engine_core.testing.worker_cases import WorkerCases
 
 
 class StoreConformance(
-    RunCases, StepCases, EventLeaseCases, ScheduleCases, FlowCases, WorkerCases, ReplayRecordCases
+    RunCases,
+    StepCases,
+    EventLeaseCases,
+    ScheduleCases,
+    FlowCases,
+    WorkerCases,
+    ReplayRecordCases,
+    OperatorCases,
 ):
     """What every :class:`~engine_core.store.Store` must do. Needs a ``store`` fixture
     that yields a fresh, initialised, empty store."""

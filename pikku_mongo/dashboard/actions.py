@@ -60,6 +60,14 @@ ACTIONS: dict[str, Action] = {
             "Resumed.",
         ),
         Action(
+            "send-event",
+            "Send event",
+            "Deliver the event, with this payload, to the run waiting for it; the run "
+            "takes it at its next pass.",
+            frozenset({"running", "suspended"}),
+            "Event sent.",
+        ),
+        Action(
             "retry",
             "Retry",
             "Give the failed run a new pass from the step that failed it: that step gets "
@@ -73,7 +81,7 @@ ACTIONS: dict[str, Action] = {
 
 def actions_for(status: str) -> list[Action]:
     """The actions that apply to a run in ``status``."""
-    return [action for action in ACTIONS.values() if status in action.applies_to]
+    return [a for a in ACTIONS.values() if status in a.applies_to and a.name != "send-event"]
 
 
 async def perform(engine: Engine, action: Action, run_id: str) -> None:
@@ -123,6 +131,15 @@ SCHEDULE_ACTIONS: dict[str, ScheduleAction] = {
             done="paused",
         ),
         ScheduleAction(
+            "trigger",
+            "Run now",
+            "Start one run of the schedule's workflow now, with its input, paused or not. "
+            "Its regular fires are not changed.",
+            on_paused=True,
+            on_active=True,
+            done="triggered",
+        ),
+        ScheduleAction(
             "resume",
             "Resume",
             "Let the schedule fire again, from its next fire after now: the fires it "
@@ -157,5 +174,7 @@ async def perform_on_schedule(engine: Engine, action: ScheduleAction, name: str)
         await engine.resume_schedule(name)
     elif action.name == "delete":
         await engine.delete_schedule(name)
+    elif action.name == "trigger":
+        await engine.trigger_schedule(name)
     else:  # pragma: no cover - SCHEDULE_ACTIONS and this switch are kept in step
         raise ValueError(f"unknown schedule action {action.name!r}")

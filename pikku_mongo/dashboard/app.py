@@ -115,7 +115,7 @@ def dashboard_app(
     read_only: bool = False,
     trace_url: str | None = None,
     title: str = "pikku-mongo",
-    secret: bytes | None = None,
+    secret: str | bytes | None = None,
     trusted_origins: Sequence[str] = (),
     refresh_seconds: float = 5.0,
     metrics: bool = False,
@@ -129,8 +129,10 @@ def dashboard_app(
     - ``read_only``: no actions are offered and every action POST is refused.
     - ``trace_url``: a link template for the run's trace, such as
       ``"https://jaeger.example/trace/{trace_id}"``.
-    - ``secret``: the key of the CSRF tokens (random per app unless given; give the same
-      one to every process that serves the dashboard behind one address).
+    - ``secret``: the key of the CSRF tokens, ``str`` or ``bytes``; give the same one to
+      every process that serves the dashboard behind one address (default: the
+      environment's ``PIKKU_DASHBOARD_SECRET``, else derived from ``token``, else random
+      per process, with a warning when several processes seem to serve).
     - ``trusted_origins``: origins (``https://ops.example``) allowed to POST besides
       the request's own host, for a proxy that rewrites ``Host``.
     - ``refresh_seconds``: how often the live sections refresh.

@@ -16,6 +16,7 @@ from urllib.parse import parse_qsl, urlencode
 from starlette.datastructures import QueryParams
 from starlette.requests import Request
 
+from engine_core.options import ORDERS
 from engine_core.records import RunState
 
 #: Every run status of the engine (section 4 of the design), in its order.
@@ -84,6 +85,8 @@ class RunFilters:
     before: datetime | None = None
     after: str | None = None
     limit: int = DEFAULT_LIMIT
+    #: newest (the default), oldest or id (see ``Engine.list_runs``).
+    order: str = "newest"
 
     def query(self, **changes: object) -> str:
         """This list's query string (``?...``, or ``""``), with ``changes`` applied."""
@@ -97,6 +100,7 @@ class RunFilters:
             ("before", format_time_input(changed.before) or None),
             ("after", changed.after),
             ("limit", str(changed.limit) if changed.limit != DEFAULT_LIMIT else None),
+            ("order", changed.order if changed.order != "newest" else None),
         ]
         kept = [(k, v) for k, v in pairs if v is not None]
         return "?" + urlencode(kept) if kept else ""
@@ -119,6 +123,9 @@ def parse_run_filters(params: QueryParams) -> RunFilters:
         if not limit_text.isdigit() or not 1 <= int(limit_text) <= MAX_LIMIT:
             raise BadRequest(f"limit must be a whole number from 1 to {MAX_LIMIT}")
         limit = int(limit_text)
+    order = _single(params, "order") or "newest"
+    if order not in ORDERS:
+        raise BadRequest(f"order must be one of {', '.join(ORDERS)} (got {order!r:.60})")
     since = parse_time(_single(params, "since"), "since")
     before = parse_time(_single(params, "before"), "before")
     return RunFilters(
@@ -130,6 +137,7 @@ def parse_run_filters(params: QueryParams) -> RunFilters:
         before=before,
         after=_bounded(_single(params, "after", nul=True), "after", MAX_RUN_ID),
         limit=limit,
+        order=order,
     )
 
 

@@ -5,6 +5,7 @@ the request helpers (is it htmx, the links under its mount, a redirect)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from pikku_mongo.dashboard.views import (
     error_text,
     fmt_clock,
     fmt_duration,
+    fmt_interval,
     fmt_relative,
     fmt_time,
     show_value,
@@ -85,6 +87,7 @@ class PageBase:
             fmt_time=fmt_time,
             fmt_clock=fmt_clock,
             fmt_duration=fmt_duration,
+            fmt_interval=fmt_interval,
             fmt_relative=fmt_relative,
             show_value=show_value,
             error_text=error_text,
@@ -143,6 +146,7 @@ class PageBase:
         key: tuple[str, str],
         post_to: str,
         back: tuple[str, str],
+        extra: Sequence[tuple[str, str]] = (),
     ) -> Response:
         """The confirm step of an ``action`` on a run or a schedule (``subject``), one
         template for both: the ``record``'s facts, and a form that posts the ``key``
@@ -158,6 +162,7 @@ class PageBase:
             "post_to": post_to,
             "back_to": back[0],
             "back_label": back[1],
+            "extra": list(extra),
         }
         return self.render(request, "confirm.html", context)
 

@@ -9,6 +9,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from engine_core import QueueStatus, RunStatus
 from engine_core.records import TERMINAL
 from pikku_mongo.dashboard.actions import ACTIONS, Action, actions_for, perform
 from pikku_mongo.dashboard.params import (
@@ -20,6 +21,7 @@ from pikku_mongo.dashboard.params import (
 )
 from pikku_mongo.dashboard.rendering import PageBase, is_htmx, links_for, log, redirect
 from pikku_mongo.dashboard.views import build_timeline
+from pikku_mongo.dashboard.waiting import awaited_events, event_form, why_waiting
 
 
 class RunPages(PageBase):
@@ -42,6 +44,7 @@ class RunPages(PageBase):
                 prefix=filters.prefix,
                 created_since=filters.since,
                 created_before=filters.before,
+                order=filters.order,
             ),
             self.engine.count_runs(filters.workflow),
         )
@@ -77,6 +80,8 @@ class RunPages(PageBase):
             "timeline": build_timeline(status, history),
             "children": children,
             "actions": [] if self.read_only else actions_for(status.status),
+            "waiting": why_waiting(status, await self._queue_of(status)),
+            "send_events": [] if self.read_only else awaited_events(status),
             "notice": ACTIONS[done].done if done in ACTIONS else None,
             "trace_link": (
                 self.trace_url.replace("{trace_id}", status.trace_id)
@@ -86,6 +91,11 @@ class RunPages(PageBase):
         }
         template = "_run_live.html" if is_htmx(request) else "run.html"
         return self.render(request, template, context)
+
+    async def _queue_of(self, status: RunStatus) -> QueueStatus | None:
+        if status.status != "queued" or status.queue is None:
+            return None
+        return next((q for q in await self.engine.list_queues() if q.name == status.queue), None)
 
     async def _applicable(
         self, request: Request, source: Any
@@ -111,6 +121,10 @@ class RunPages(PageBase):
             return checked
         run_id, action, status = checked
         links = links_for(request)
+        extra: list[tuple[str, str]] = []
+        if action.name == "send-event":
+            event, text, _ = event_form(request.query_params, status)
+            extra = [("event", event), ("payload", text)]
         return self.render_confirm(
             request,
             action,
@@ -119,6 +133,7 @@ class RunPages(PageBase):
             ("id", run_id),
             links.action(),
             (links.run(run_id), "the run"),
+            extra,
         )
 
     async def action(self, request: Request) -> Response:
@@ -129,7 +144,11 @@ class RunPages(PageBase):
         checked = await self._applicable(request, form)
         if isinstance(checked, Response):
             return checked
-        run_id, action, _ = checked
-        await perform(self.engine, action, run_id)
+        run_id, action, status = checked
+        if action.name == "send-event":
+            event, _, payload = event_form(form, status)
+            await self.engine.send_event(run_id, event, payload)
+        else:
+            await perform(self.engine, action, run_id)
         log.info("dashboard: %s on run %r", action.name, run_id)
         return redirect(links_for(request).run(run_id, done=action.name))

@@ -1,5 +1,5 @@
 """The dashboard's schedule pages: the schedules list, and the confirm step and the POST
-of an action on a schedule (pause, resume, delete)."""
+of an action on a schedule (pause, resume, delete, run now)."""
 
 from __future__ import annotations
 
@@ -90,6 +90,10 @@ class SchedulePages(PageBase):
         if isinstance(checked, Response):
             return checked
         name, action, _ = checked
+        if action.name == "trigger":  # the new run's page
+            run_id = await self.engine.trigger_schedule(name)
+            log.info("dashboard: trigger on schedule %r: run %r", name, run_id)
+            return redirect(links_for(request).run(run_id))
         await perform_on_schedule(self.engine, action, name)
         log.info("dashboard: %s on schedule %r", action.name, name)
         return redirect(links_for(request).schedules(done=action.name, name=name))

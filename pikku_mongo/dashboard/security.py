@@ -29,6 +29,8 @@ from urllib.parse import urlsplit
 
 from starlette.requests import Request
 
+from pikku_mongo.dashboard.secret import csrf_key
+
 #: ``auth(request)`` returns (or resolves to) whether the request may use the dashboard.
 AuthCallable = Callable[[Request], bool | Awaitable[bool]]
 
@@ -79,7 +81,7 @@ class Security:
         *,
         token: str | None = None,
         auth: AuthCallable | None = None,
-        secret: bytes | None = None,
+        secret: str | bytes | None = None,
         trusted_origins: Sequence[str] = (),
     ) -> None:
         if token is not None and (not isinstance(token, str) or len(token) < 8):
@@ -88,7 +90,7 @@ class Security:
             raise TypeError("auth must be a callable taking the request")
         self.token = token
         self.auth = auth
-        self._csrf_key = secret if secret is not None else secrets.token_bytes(32)
+        self._csrf_key = csrf_key(secret, token)
         self._session_key = (
             hmac.new(token.encode(), b"pikku-mongo dashboard session", hashlib.sha256).digest()
             if token is not None

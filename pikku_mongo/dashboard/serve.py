@@ -15,10 +15,11 @@ import uvicorn
 from engine_core import Engine
 from pikku_mongo.dashboard.app import dashboard_app
 from pikku_mongo.dashboard.security import is_loopback
-from pikku_mongo.store import MongoStore
+from pikku_mongo.server import ensure_reachable
+from pikku_mongo.store import MongoStore, _redact
 
 #: How long the first command may wait for the server before ``ui`` gives up.
-CONNECT_TIMEOUT_MS = 10_000
+CONNECT_TIMEOUT_MS = 5_000
 
 
 class RefusedToServe(Exception):
@@ -84,7 +85,7 @@ async def serve(
             metrics=metrics,
         )
         # One ping first: an unreachable server fails here, once, within the timeout.
-        await store.database.command("ping")
+        await ensure_reachable(store.database, _redact(uri), CONNECT_TIMEOUT_MS / 1000 + 1)
         workflows = await engine.list_workflows()
         sock = bind(host, port)
         config = uvicorn.Config(

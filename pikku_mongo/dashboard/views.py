@@ -82,6 +82,18 @@ def fmt_duration(seconds: float) -> str:
     return f"{int(seconds // 86400)} d {int(seconds % 86400 // 3600)} h"
 
 
+def fmt_interval(seconds: float) -> str:
+    """A schedule's interval (whole seconds) as people say it: ``30 s``, ``5 min``,
+    ``1 h 30 min``, ``2 d``; no zero parts, no decimals."""
+    left = round(seconds)
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60), ("s", 1)):
+        if left >= size:
+            parts.append(f"{left // size} {unit}")
+            left %= size
+    return " ".join(parts) or "0 s"
+
+
 def fmt_relative(moment: datetime | None, now: datetime | None = None) -> str:
     """How far ``moment`` is from now: ``in 4 min 10 s``, ``12 s ago``, ``now``."""
     if moment is None:

@@ -39,7 +39,7 @@ async def test_runs_page_counts_by_status_and_links_every_run(
     assert "all <strong>11</strong>" in page.text
     for run_id in seeded.values():
         assert run_href(run_id) in page.text, run_id
-    assert listed_ids(page.text) == sorted(seeded.values())
+    assert sorted(listed_ids(page.text)) == sorted(seeded.values())  # newest first
     # The workflow filter offers the names in the store.
     for name in ("shop", "ship", "fails", "refunds", "refunds-badly", "waits"):
         assert f'<option value="{name}">{name}</option>' in page.text
@@ -58,12 +58,12 @@ async def test_runs_filters(seeded: dict[str, str], client: httpx.AsyncClient) -
     waits = [
         seeded[k] for k in ("cancelled", "compensating", "queued", "running", "suspended", "weird")
     ]
-    assert await ids(workflow="waits") == sorted(waits)
-    assert await ids(workflow="waits", status="running") == sorted(
+    assert sorted(await ids(workflow="waits")) == sorted(waits)
+    assert sorted(await ids(workflow="waits", status="running")) == sorted(
         [seeded["running"], seeded["weird"]]
     )
     compe = ["order-compensated", "order-compensating", "order-compensation-failed"]
-    assert await ids(prefix="order-compe") == compe
+    assert sorted(await ids(prefix="order-compe")) == compe
     assert await ids(prefix="weird/<b>") == [WEIRD_ID]
     assert await ids(prefix=".*") == []
     assert await ids(before="2000-01-01T00:00") == []
@@ -76,11 +76,12 @@ async def test_runs_filters(seeded: dict[str, str], client: httpx.AsyncClient) -
     assert "No run matches" in unknown
 
 
+@pytest.mark.parametrize("order", ["newest", "oldest", "id"])
 async def test_keyset_pages_walk_every_run_once(
-    seeded: dict[str, str], client: httpx.AsyncClient
+    seeded: dict[str, str], client: httpx.AsyncClient, engine: Engine, order: str
 ) -> None:
     seen: list[str] = []
-    url = "/runs?limit=3"
+    url = "/runs?limit=3" + ("" if order == "newest" else f"&order={order}")
     for _ in range(10):
         page = await client.get(url)
         seen += listed_ids(page.text)
@@ -89,7 +90,13 @@ async def test_keyset_pages_walk_every_run_once(
             break
         url = html.unescape(found.group(1))
         assert "after=" in url and "limit=3" in url
-    assert seen == sorted(seeded.values())
+        assert (f"order={order}" in url) == (order != "newest")
+    assert sorted(seen) == sorted(seeded.values())
+    assert seen == [r.run_id for r in await engine.list_runs(limit=100, order=order)]
+    if order == "newest":  # the default: the most recently created run comes first
+        created = [(await engine.status(r)).created_at for r in seen]
+        assert created == sorted(created, reverse=True)
+    assert "order must be one of" in (await client.get("/runs?order=sideways")).text
 
 
 async def test_live_refresh_gets_the_live_section_only(
@@ -100,7 +107,7 @@ async def test_live_refresh_gets_the_live_section_only(
     assert fragment.text.lstrip().startswith('<section id="runs-live"')
     assert "<html" not in fragment.text and 'hx-trigger="every 5.0s"' in fragment.text
     assert 'hx-get="/runs?status=running"' in fragment.text
-    assert listed_ids(fragment.text) == sorted([seeded["running"], seeded["weird"]])
+    assert sorted(listed_ids(fragment.text)) == sorted([seeded["running"], seeded["weird"]])
     run = await client.get("/run", params={"id": seeded["running"]}, headers={"HX-Request": "true"})
     assert run.text.lstrip().startswith('<section id="run-live"') and "hx-trigger" in run.text
     ended = await client.get(
@@ -244,7 +251,7 @@ async def test_any_run_id_links_to_its_page(engine: Engine, client: httpx.AsyncC
     for run_id in awkward:
         await engine.start("w", run_id=run_id)
     page = (await client.get("/runs")).text
-    assert listed_ids(page) == sorted(awkward)
+    assert sorted(listed_ids(page)) == sorted(awkward)
     for href in re.findall(r'<td><a class="run-id" href="([^"]+)">', page):
         run_page = await client.get(html.unescape(href))
         assert run_page.status_code == 200, href

@@ -61,12 +61,13 @@ async def test_queues_page_limits_depth_and_link(
     fragment = await client.get("/queues", headers={"HX-Request": "true"})
     assert fragment.text.lstrip().startswith('<section id="queues-live"')
     assert 'hx-get="/queues"' in fragment.text and "<html" not in fragment.text
-    # A tool that declared nothing still sees the queue, from the store, without limits.
+    # A tool that declared nothing sees the queue and the limits stored by a serving
+    # process that declared them.
     async with client_for(dashboard_app(Engine(store))) as bare:
         seen = (await bare.get("/queues")).text
     assert figures(seen, QUEUE)["queued"] == "1"
     bare_row = seen.split(f'<tr data-queue="{QUEUE}">')[1].split("</tr>")[0]
-    assert re.findall(r"<td>(.*?)</td>", bare_row) == ['<span class="muted">none</span>'] * 4
+    assert re.findall(r"<td>(.*?)</td>", bare_row) == cells
 
 
 async def test_queues_page_counts_active_and_admitted(engine: Engine) -> None:
