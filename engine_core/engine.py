@@ -15,30 +15,30 @@ from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, TypeVar, overload
 
-import engine_core.lifecycle_log as lifecycle_log
-from engine_core.convert import declared_parameter, declared_return, from_json
+from engine_core.convert import declared_return, from_json
 from engine_core.durations import Duration, parse_duration
-from engine_core.errors import InvalidInputError, InvalidRunIdError, StoreUnavailableError
+from engine_core.errors import StoreUnavailableError
 from engine_core.fleet.recovery import RecoveryReport, WorkflowRecovery
 from engine_core.flow.queue_figures import queue_figures
 from engine_core.flow.queue_figures import store_declared_limits as declare_in_store
 from engine_core.flow.queues import add_queue, declare
-from engine_core.flow.starts import check_registered, hold_first_pass, new_run
+from engine_core.flow.starts import check_registered
 from engine_core.host import Host
-from engine_core.mirror import RunMirror, mirror_run
+from engine_core.mirror import RunMirror
 from engine_core.options import check_order
 from engine_core.records import (
     TERMINAL,
     Worker,
     utcnow,
 )
-from engine_core.run.context import mark_registered
+from engine_core.run.context import register_fn
 from engine_core.run.replay_check import replay_check
 from engine_core.run.results import outcome
 from engine_core.runtime import EngineConfig
 from engine_core.schedules.control import ScheduleControl
 from engine_core.schedules.declared import DeclaredSchedule, declare_schedule, store_declared
 from engine_core.schedules.times import Schedule, trigger_run_id
+from engine_core.starting import record_for_fleet, start_run
 from engine_core.status import (
     QueueStatus,
     ReplayReport,
@@ -54,7 +54,6 @@ from engine_core.values import (
     check_page,
     check_prefix,
     check_run_id,
-    to_stored,
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -124,7 +123,7 @@ class Engine:
         a label stored on every run it starts (``RunStatus.version``)."""
         if version is not None:
             check_name(version, "workflow version")
-        register = _register(self._host.workflows, name, "workflow")
+        register = register_fn(self._host.workflows, name, "workflow")
 
         def with_version(fn: F) -> F:
             registered = register(fn)
@@ -135,7 +134,7 @@ class Engine:
 
     def step_function(self, name: str) -> Callable[[F], F]:
         """Register ``async def fn(payload)`` as a step function any worker may run."""
-        return _register(self._host.step_functions, name, "step function")
+        return register_fn(self._host.step_functions, name, "step function")
 
     def queue(
         self,
@@ -220,24 +219,12 @@ class Engine:
         it waits, up to the engine's ``store_timeout``, then raises
         :class:`StoreUnavailableError`.
         """
-        host = self._host
-        local = workflow in host.workflows
-        if local:
-            _check_input(host.workflows[workflow], workflow, input)
-        else:
-            # A client by name: some live worker must serve it.
-            check_name(workflow, "workflow name")
-            names = list(host.workflows)
-            await host.outages.call(
-                lambda: host.fleet.check_served(workflow, names),
-                timeout=self.config.store_timeout,
-            )
-        run = new_run(
+        return await start_run(
+            self._host,
+            self._call,
             workflow,
             input,
             run_id=run_id,
-            started_by=self.instance_id,
-            queues=self._host.queues,
             queue=queue,
             key=key,
             priority=priority,
@@ -245,32 +232,6 @@ class Engine:
             delay=delay,
             deadline=deadline,
         )
-        run.version = host.versions.get(workflow)
-        adopt = local and run.status == "running" and host.room_to_adopt() > 0
-        if adopt:
-            hold_first_pass(run, self.instance_id, self.config.lease_ttl)
-        # A store outage is waited out, up to ``store_timeout``; then a clear error.
-        existing = await self._call(lambda: self.store.insert_run(run))
-        run_id = run.run_id
-        if existing is not None:
-            if existing.workflow != workflow:
-                raise InvalidRunIdError(
-                    f"run id {run_id!r} already belongs to a run of workflow "
-                    f"{existing.workflow!r}, not {workflow!r}; choose another id"
-                )
-            return run_id
-        lifecycle_log.run_started(run)
-        await mirror_run(self.mirror, run)
-        if host.serving and (run.not_before is not None or run.deadline_at is not None):
-            host.run_timers.arm(run)
-        if run.status == "queued":
-            if run.not_before is None and queue is not None:
-                host.joined_line(queue)
-        elif adopt:
-            host.adopt(run)
-        elif local:
-            host.kick(run_id)
-        return run_id
 
     async def send_event(self, run_id: str, name: str, payload: Any = None) -> None:
         """Deliver event ``name`` to the run; kept until the run waits for it. Raises
@@ -347,18 +308,15 @@ class Engine:
         """
         # One read first: an unknown run, or an unreachable store, is told at once.
         run = await self._call(lambda: self._control.get(run_id))
-        if run.status in TERMINAL:
-            return outcome(run)
         try:
-            run = await self._host.waiters.wait(run_id, timeout)
+            if run.status not in TERMINAL:
+                run = await self._host.waiters.wait(run_id, timeout)
         except TimeoutError:
-            now = await self._call(lambda: self._control.get(run_id))
-            if now.status not in TERMINAL:
-                raise TimeoutError(
-                    f"run {run_id!r} is still {now.status} after {timeout} s"
-                ) from None
-            run = now
-        output = outcome(run)
+            run = await self._call(lambda: self._control.get(run_id))
+            if run.status not in TERMINAL:
+                message = f"run {run_id!r} is still {run.status} after {timeout} s"
+                raise TimeoutError(message) from None
+        output = outcome(run)  # raises for a run that did not complete
         if returns is None:
             returns = declared_return(self._host.workflows.get(run.workflow))
         return from_json(output, returns)
@@ -476,15 +434,9 @@ class Engine:
         run_id = trigger_run_id(schedule.name)
         if schedule.workflow in self._host.workflows:
             return await self.start(schedule.workflow, schedule.input, run_id=run_id)
-        run = new_run(
-            schedule.workflow,
-            schedule.input,
-            run_id=run_id,
-            started_by=self.instance_id,
-            queues=self._host.queues,
+        return await record_for_fleet(
+            self._host, self._call, schedule.workflow, schedule.input, run_id
         )
-        await self._call(lambda: self.store.insert_run(run))
-        return run_id
 
     async def pause_schedule(self, name: str) -> None:
         """Stop the schedule firing until :meth:`resume_schedule`."""
@@ -568,33 +520,3 @@ class Engine:
 
 
 _T = TypeVar("_T")
-
-
-def _register(registry: dict[str, Any], name: str, what: str) -> Callable[[F], F]:
-    check_name(name, f"{what} name")
-
-    def register(fn: F) -> F:
-        if name in registry and registry[name] is not fn:
-            raise ValueError(f"a {what} named {name!r} is already registered")
-        registry[name] = fn
-        mark_registered(fn, what, name)
-        return fn
-
-    return register
-
-
-def _check_input(fn: Callable[..., Any], workflow: str, input: Any) -> None:
-    """``input`` must fit the type ``fn`` declares for it: :class:`InvalidInputError`."""
-    declared = declared_parameter(fn, 1)
-    if declared is None:
-        return
-    stored = to_stored(input, f"input of workflow {workflow!r}")
-    try:
-        from_json(stored, declared)
-    except (ValueError, TypeError) as exc:
-        listed: Any = getattr(exc, "errors", None)  # pydantic's ValidationError lists them
-        name = getattr(declared, "__name__", str(declared))
-        raise InvalidInputError(
-            f"input of workflow {workflow!r} does not fit {name}: {exc}",
-            errors=listed() if callable(listed) else None,
-        ) from exc

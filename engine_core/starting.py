@@ -1,0 +1,118 @@
+"""What ``engine.start`` does with a checked call: check the input against the workflow's
+declared type (or, for a workflow registered elsewhere, that a live worker serves it),
+record the run, and set it going here when this process can begin it at once."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import engine_core.lifecycle_log as lifecycle_log
+from engine_core.convert import declared_parameter, from_json
+from engine_core.durations import Duration
+from engine_core.errors import InvalidInputError, InvalidRunIdError
+from engine_core.flow.starts import hold_first_pass, new_run
+from engine_core.host import Host
+from engine_core.mirror import mirror_run
+from engine_core.records import RunRecord
+from engine_core.values import check_name, to_stored
+
+
+async def start_run(
+    host: Host,
+    call: Callable[[Callable[[], Awaitable[RunRecord | None]]], Awaitable[RunRecord | None]],
+    workflow: str,
+    input: Any,
+    *,
+    run_id: str | None,
+    queue: str | None,
+    key: str | None,
+    priority: int,
+    dedup_id: str | None,
+    delay: Duration | None,
+    deadline: Duration | None,
+) -> str:
+    """Start a run as :meth:`Engine.start <engine_core.Engine.start>` documents;
+    ``call`` makes a store call that waits out an outage up to ``store_timeout``."""
+    host = host
+    local = workflow in host.workflows
+    if local:
+        _check_input(host.workflows[workflow], workflow, input)
+    else:
+        # A client by name: some live worker must serve it.
+        check_name(workflow, "workflow name")
+        names = list(host.workflows)
+        await host.outages.call(
+            lambda: host.fleet.check_served(workflow, names),
+            timeout=host.config.store_timeout,
+        )
+    run = new_run(
+        workflow,
+        input,
+        run_id=run_id,
+        started_by=host.instance_id,
+        queues=host.queues,
+        queue=queue,
+        key=key,
+        priority=priority,
+        dedup_id=dedup_id,
+        delay=delay,
+        deadline=deadline,
+    )
+    run.version = host.versions.get(workflow)
+    adopt = local and run.status == "running" and host.room_to_adopt() > 0
+    if adopt:
+        hold_first_pass(run, host.instance_id, host.config.lease_ttl)
+    # A store outage is waited out, up to ``store_timeout``; then a clear error.
+    existing = await call(lambda: host.store.insert_run(run))
+    run_id = run.run_id
+    if existing is not None:
+        if existing.workflow != workflow:
+            raise InvalidRunIdError(
+                f"run id {run_id!r} already belongs to a run of workflow "
+                f"{existing.workflow!r}, not {workflow!r}; choose another id"
+            )
+        return run_id
+    lifecycle_log.run_started(run)
+    await mirror_run(host.mirror, run)
+    if host.serving and (run.not_before is not None or run.deadline_at is not None):
+        host.run_timers.arm(run)
+    if run.status == "queued":
+        if run.not_before is None and queue is not None:
+            host.joined_line(queue)
+    elif adopt:
+        host.adopt(run)
+    elif local:
+        host.kick(run_id)
+    return run_id
+
+
+async def record_for_fleet(
+    host: Host,
+    call: Callable[[Callable[[], Awaitable[RunRecord | None]]], Awaitable[RunRecord | None]],
+    workflow: str,
+    input: Any,
+    run_id: str,
+) -> str:
+    """Record a run of ``workflow`` (registered elsewhere, perhaps nowhere yet) for the
+    fleet to drive, without checking that any live worker serves it."""
+    run = new_run(workflow, input, run_id=run_id, started_by=host.instance_id, queues=host.queues)
+    await call(lambda: host.store.insert_run(run))
+    return run_id
+
+
+def _check_input(fn: Callable[..., Any], workflow: str, input: Any) -> None:
+    """``input`` must fit the type ``fn`` declares for it: :class:`InvalidInputError`."""
+    declared = declared_parameter(fn, 1)
+    if declared is None:
+        return
+    stored = to_stored(input, f"input of workflow {workflow!r}")
+    try:
+        from_json(stored, declared)
+    except (ValueError, TypeError) as exc:
+        listed: Any = getattr(exc, "errors", None)  # pydantic's ValidationError lists them
+        name = getattr(declared, "__name__", str(declared))
+        raise InvalidInputError(
+            f"input of workflow {workflow!r} does not fit {name}: {exc}",
+            errors=listed() if callable(listed) else None,
+        ) from exc
