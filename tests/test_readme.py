@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import io
 import re
+import runpy
 import uuid
 from pathlib import Path
 from typing import Any
@@ -74,15 +75,21 @@ def _fragment_namespace(code: str, uri: str) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("line", "code", "skip"), BLOCKS, ids=[f"line-{line}" for line, _, _ in BLOCKS]
 )
-def test_a_readme_block_runs(line: int, code: str, skip: str | None, nx_uri: str) -> None:
+def test_a_readme_block_runs(
+    line: int, code: str, skip: str | None, nx_uri: str, tmp_path: Path
+) -> None:
     if skip is not None:
         pytest.skip(skip)
     uri = with_database(nx_uri, f"readme_{uuid.uuid4().hex[:10]}")
     if "def main(" in code:
         program = re.sub(r"mongodb://localhost:27017/\w+", uri, code)
         out = io.StringIO()
+        # Run as a real ``__main__`` module (pydantic resolves a model's annotations in
+        # the module the class says it belongs to).
+        path = tmp_path / f"readme_{line}.py"
+        path.write_text(program)
         with contextlib.redirect_stdout(out):
-            exec(compile(program, f"README.md:{line}", "exec"), {"__name__": "__main__"})
+            runpy.run_path(str(path), run_name="__main__")
         assert out.getvalue().strip(), "the program printed nothing"
         return
     namespace = _fragment_namespace(code, uri)
