@@ -307,10 +307,11 @@ class Engine:
         complete, and TimeoutError past ``timeout`` seconds.
         """
         # One read first: an unknown run, or an unreachable store, is told at once.
-        run = await self._call(lambda: self._control.get(run_id))
+        # No read first: the waiters read the awaited runs together (DESIGN 7), so a
+        # result costs no command of its own.
+        check_run_id(run_id)
         try:
-            if run.status not in TERMINAL:
-                run = await self._host.waiters.wait(run_id, timeout)
+            run = await self._host.waiters.wait(run_id, timeout)
         except TimeoutError:
             run = await self._call(lambda: self._control.get(run_id))
             if run.status not in TERMINAL:

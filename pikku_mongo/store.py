@@ -228,8 +228,13 @@ class MongoStore(RunOps, ListingOps, StepOps, QueueOps, ScheduleOps, WorkerOps, 
 
     @transient_retry
     async def _prepare(self) -> None:
-        await migrate(self.meta, self.runs, self.steps)
-        await backfill_made(self.meta, self.runs)
+        # Migrations must know their writes landed, whatever the store's write concern.
+        meta, runs, steps = (
+            c if c.write_concern.acknowledged else c.with_options(write_concern=WriteConcern())
+            for c in (self.meta, self.runs, self.steps)
+        )
+        await migrate(meta, runs, steps)
+        await backfill_made(meta, runs)
         created = await create_indexes(
             self.runs, self.steps, self.events, self.leases, ttl=not self._ttl_refused
         )
