@@ -293,18 +293,16 @@ class InMemoryStore(StepMemory, EventLeaseMemory, FlowMemory, WorkerMemory):
         order: str = "id",
     ) -> list[RunRecord]:
         if order != "id":
-            return (
-                self._list_by_time(
-                    workflow, status, limit, after, prefix, created_since, created_before, order
-                )
-                if version is None
-                else [
-                    r
-                    for r in self._list_by_time(
-                        workflow, status, 10**9, after, prefix, created_since, created_before, order
-                    )
-                    if r.version == version
-                ][:limit]
+            return self._list_by_time(
+                workflow,
+                status,
+                limit,
+                after,
+                prefix,
+                created_since,
+                created_before,
+                version,
+                order,
             )
         found = sorted(
             (
@@ -331,6 +329,7 @@ class InMemoryStore(StepMemory, EventLeaseMemory, FlowMemory, WorkerMemory):
         prefix: str | None,
         created_since: datetime | None,
         created_before: datetime | None,
+        version: str | None,
         order: str,
     ) -> list[RunRecord]:
         newest = order == "newest"
@@ -348,6 +347,7 @@ class InMemoryStore(StepMemory, EventLeaseMemory, FlowMemory, WorkerMemory):
                 and (prefix is None or r.run_id.startswith(prefix))
                 and (created_since is None or r.created_at >= created_since)
                 and (created_before is None or r.created_at < created_before)
+                and (version is None or r.version == version)
                 and (
                     start is None
                     or (
