@@ -74,6 +74,7 @@ LAYERS: list[set[str]] = [
     {"run", "fleet", "flow", "schedules"},
     {"host"},
     {"starting"},
+    {"schedule_api"},
     {"engine"},
     {"__init__"},
 ]
@@ -82,7 +83,7 @@ LAYERS: list[set[str]] = [
 #: wing shares ("core"), the wings, then what faces the user ("front"). A module may
 #: import from its own wing and the wings below it, never from one above.
 WINGS: list[str] = ["core", "memory", "testing", "run", "fleet", "flow", "schedules", "front"]
-FRONT = {"host", "starting", "engine", "__init__"}
+FRONT = {"host", "starting", "schedule_api", "engine", "__init__"}
 
 
 def _wing(module: str) -> str:
@@ -269,7 +270,7 @@ def test_the_public_surface_of_pikku_mongo() -> None:
 
 
 def test_the_engine_exposes_no_mechanism_as_public_api() -> None:
-    public = {n for n in vars(engine_core.Engine) if not n.startswith("_")}
+    public = {n for c in engine_core.Engine.__mro__ for n in vars(c) if not n.startswith("_")}
     assert public == {
         "workflow",
         "step_function",
