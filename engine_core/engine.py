@@ -304,9 +304,9 @@ class Engine(ScheduleApi):
         registered workflow's return annotation declares.
 
         Raises WorkflowRunFailedError or WorkflowRunCancelledError for a run that did not
-        complete, and TimeoutError past ``timeout`` seconds.
+        complete, TimeoutError past ``timeout`` seconds, and StoreUnavailableError when
+        the store has not answered for ``store_timeout`` seconds of the wait.
         """
-        # One read first: an unknown run, or an unreachable store, is told at once.
         # No read first: the waiters read the awaited runs together (DESIGN 7), so a
         # result costs no command of its own.
         check_run_id(run_id)

@@ -66,7 +66,11 @@ class Host:
         #: for queue jobs; a run's are cancelled when it ends.
         self._timers = Timers()
         self._pruning: Periodic | None = None
-        self.waiters = RunWaiters(store, local=lambda run_id: self.driver.driving(run_id))
+        self.waiters = RunWaiters(
+            store,
+            local=lambda run_id: self.driver.driving(run_id),
+            store_timeout=config.store_timeout,
+        )
         self._serving = False
         self._closing = False
         self.control = RunControl(store, self)

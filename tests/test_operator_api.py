@@ -82,6 +82,9 @@ class HangingStore(InMemoryStore):
     async def list_runs(self, **kwargs: Any) -> Any:
         await asyncio.Event().wait()
 
+    async def get_runs(self, run_ids: Any, **kwargs: Any) -> Any:
+        await asyncio.Event().wait()
+
     async def list_schedules(self) -> Any:
         await asyncio.Event().wait()
 
@@ -90,8 +93,9 @@ async def test_every_client_call_gives_up_after_store_timeout() -> None:
     engine = Engine(HangingStore(), store_timeout="300ms")
     calls = {
         "status": lambda: engine.status("r"),
-        # ``result`` is left out: it makes no read of its own (the waiters read the
-        # awaited runs together, DESIGN 7), so it waits for its own ``timeout``.
+        # ``result`` makes no read of its own (the waiters read the awaited runs
+        # together, DESIGN 7); their reads give up the same way.
+        "result": lambda: engine.result("r", timeout=60),
         "history": lambda: engine.history("r"),
         "send_event": lambda: engine.send_event("r", "go"),
         "cancel": lambda: engine.cancel("r"),
@@ -114,7 +118,12 @@ async def test_a_client_on_a_dead_server_raises_store_unavailable() -> None:
     store = MongoStore.from_uri(f"mongodb://127.0.0.1:{port}/app")
     engine = Engine(store, store_timeout="1s")
     try:
-        for call in (lambda: engine.status("r"), lambda: engine.list_runs()):
+        calls = (
+            lambda: engine.status("r"),
+            lambda: engine.list_runs(),
+            lambda: engine.result("r", timeout=60),
+        )
+        for call in calls:
             began = time.monotonic()
             with pytest.raises(StoreUnavailableError):
                 await call()

@@ -4,13 +4,16 @@ A run that ends in this process wakes its waiters directly. Runs that end elsewh
 found by one shared query for every awaited run that this process is not driving: at
 once for new waiters (batched with every other waiter that arrived meanwhile), then with
 a backoff while nothing ends, or sooner when :meth:`RunWaiters.hint` says something may
-have ended.
+have ended. While the store does not answer, a waiter is told
+:class:`StoreUnavailableError` once the reads have failed for ``store_timeout`` seconds
+of its wait, as every other client call is.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 
 from engine_core.errors import RunNotFoundError, StoreUnavailableError
@@ -27,13 +30,18 @@ POLL_MAX_S = 1.0
 class RunWaiters:
     """Futures for runs to end, keyed by run id."""
 
-    def __init__(self, store: Store, local: Callable[[str], bool]) -> None:
+    def __init__(
+        self, store: Store, local: Callable[[str], bool], store_timeout: float = 30.0
+    ) -> None:
         self.store = store
+        self.store_timeout = store_timeout
         # Runs this process is driving: their end here wakes their waiters, so the
         # shared query leaves them out.
         self._local = local
         self._futures: dict[str, list[asyncio.Future[RunRecord]]] = {}
         self._new: set[str] = set()
+        self._since: dict[str, float] = {}  # when each awaited run's first waiter came
+        self._failing_since: float | None = None  # first of the reads failing in a row
         self._wake = asyncio.Event()
         self._poller: asyncio.Task[None] | None = None
 
@@ -45,6 +53,7 @@ class RunWaiters:
         ``TimeoutError`` past ``timeout`` seconds."""
         future: asyncio.Future[RunRecord] = asyncio.get_running_loop().create_future()
         self._futures.setdefault(run_id, []).append(future)
+        self._since.setdefault(run_id, time.monotonic())
         self._new.add(run_id)
         self.hint()
         try:
@@ -57,9 +66,11 @@ class RunWaiters:
                     waiting.remove(future)
                 if not waiting:
                     del self._futures[run_id]
+                    self._since.pop(run_id, None)
 
     def settled(self, run: RunRecord) -> None:
         """``run`` reached a terminal status in this process."""
+        self._since.pop(run.run_id, None)
         for future in self._futures.pop(run.run_id, []):
             if not future.done():
                 future.set_result(run)
@@ -71,6 +82,7 @@ class RunWaiters:
             self._poller = asyncio.ensure_future(self._poll())
 
     def _fail(self, run_id: str, exc: BaseException) -> None:
+        self._since.pop(run_id, None)
         for future in self._futures.pop(run_id, []):
             if not future.done():
                 future.set_exception(exc)
@@ -81,22 +93,21 @@ class RunWaiters:
             self._wake.clear()
             await asyncio.sleep(0)  # let every waiter that arrives with this one register
             new, self._new = self._new & self._futures.keys(), set()
+            began = time.monotonic()
             try:
-                if new:
-                    found = {r.run_id: r for r in await self.store.get_runs(sorted(new))}
-                    for run_id in new - found.keys():
-                        self._fail(run_id, RunNotFoundError(f"no run has id {run_id!r}"))
-                    ended = [r for r in found.values() if r.status in TERMINAL]
-                    old = {r for r in self._futures if r not in new and not self._local(r)}
-                else:
-                    ended, old = [], {r for r in self._futures if not self._local(r)}
-                if old:
-                    ended += await self.store.get_runs(sorted(old), status_in=sorted(TERMINAL))
+                async with asyncio.timeout(self.store_timeout):
+                    ended = await self._read(new)
+                self._failing_since = None
             except Exception as exc:
                 # An outage is logged once by the engine's outage lines, not per poll.
-                level = logging.DEBUG if isinstance(exc, StoreUnavailableError) else logging.WARNING
+                quiet = isinstance(exc, StoreUnavailableError | TimeoutError)
+                level = logging.DEBUG if quiet else logging.WARNING
                 log.log(level, "could not read the runs being waited for: %s", exc)
                 ended = []
+                self._new |= new & self._futures.keys()  # still to be told if they exist
+                if self._failing_since is None:
+                    self._failing_since = began
+                self._give_up(self._failing_since)
             for run in ended:
                 self.settled(run)
             if ended or new:
@@ -104,3 +115,26 @@ class RunWaiters:
             if await wait_event(self._wake, delay):
                 continue
             delay = min(delay * 2, POLL_MAX_S)
+
+    async def _read(self, new: set[str]) -> list[RunRecord]:
+        """The awaited runs that ended; fails the waiters of ``new`` runs that do not exist."""
+        if new:
+            found = {r.run_id: r for r in await self.store.get_runs(sorted(new))}
+            for run_id in new - found.keys():
+                self._fail(run_id, RunNotFoundError(f"no run has id {run_id!r}"))
+            ended = [r for r in found.values() if r.status in TERMINAL]
+            old = {r for r in self._futures if r not in new and not self._local(r)}
+        else:
+            ended, old = [], {r for r in self._futures if not self._local(r)}
+        if old:
+            ended += await self.store.get_runs(sorted(old), status_in=sorted(TERMINAL))
+        return ended
+
+    def _give_up(self, failing_since: float) -> None:
+        """Tell each waiter whose last ``store_timeout`` seconds of waiting saw only
+        failed reads that the store is unavailable."""
+        now = time.monotonic()
+        for run_id, since in list(self._since.items()):
+            if now - max(since, failing_since) >= self.store_timeout:
+                message = f"the store did not answer within {self.store_timeout:g} s"
+                self._fail(run_id, StoreUnavailableError(message))
