@@ -7,6 +7,7 @@ import asyncio
 from typing import Any
 
 from engine_core import Engine, RunStatus, WorkflowContext
+from engine_core.journal import merged
 from engine_core.memory import InMemoryStore
 
 
@@ -309,3 +310,39 @@ async def test_a_dispatched_step_whose_step_function_changed_is_caught(engine: E
         code["fn"] = "send-email"
         await engine.resume(run_id)
         assert await engine.result(run_id, timeout=10) == "sent"
+
+
+async def test_a_step_whose_outcome_was_lost_runs_again_without_a_false_alarm() -> None:
+    """A later step's record landed but the write carrying the outcome of the step
+    before it did not (a job inserted before that write, under connection resets): the
+    lost step has no record, so the next pass runs it again where it stood."""
+    store = InMemoryStore()
+    ran: list[str] = []
+
+    def pay() -> str:
+        ran.append("pay")
+        return "paid"
+
+    def deploy() -> Engine:
+        engine = Engine(store)
+
+        @engine.workflow("lost")
+        async def lost(ctx: WorkflowContext, data: Any) -> Any:
+            first = await ctx.step("pay", pay)
+            second = await ctx.step("ship", ship)
+            await ctx.wait_for_event("go")
+            return [first, second]
+
+        return engine
+
+    async with (engine := deploy()):
+        run_id = await engine.start("lost")
+        await _parked(engine, run_id, "go")
+    store._runs[run_id].journal.pop("pay", None)  # the outcome's write was lost
+    store._steps.pop((run_id, "pay"), None)
+    async with (engine := deploy()):
+        await engine.send_event(run_id, "go", None)
+        assert await engine.result(run_id, timeout=10) == ["paid", "shipped"]
+    assert ran == ["pay", "pay"]
+    steps = merged(store._runs[run_id], await store.load_steps(run_id))
+    assert [steps[k].order for k in ("pay", "ship", "go")] == [0, 1, 2]

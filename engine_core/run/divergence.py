@@ -8,7 +8,10 @@ ride the step's own first write, so checking costs no command.
 A pass diverges when it reaches a recorded step of another kind or callable, reaches a
 recorded step while a finished step recorded earlier has not been reached (two steps
 swapped), or starts a step with no record while a finished step recorded earlier has not
-been reached (a step removed, renamed or moved). Records written before this check (no
+been reached (a step removed, renamed or moved). An order that no record holds below a
+recorded one is a step whose outcome was lost with its write (a job inserted before the
+write that carried the outcome of the step before it, say): a new step may take it
+without diverging, as that step running again would. Records written before this check (no
 order, no callable) are checked only where they say enough: their kind, and that they
 are reached before anything new starts.
 
@@ -166,6 +169,9 @@ class ReplayChecks:
             elif step.order is not None:
                 self._open.add(key)
         ordered.sort()
+        held = {s.order for s in steps.values() if s.kind in BODY_KINDS}
+        #: Orders below the top that no record holds: steps whose outcome was lost.
+        self._vacant = [o for o in range(top + 1) if o not in held]
         #: The recorded steps of the body as the pass began.
         self._initial = [k for k, s in steps.items() if s.kind in BODY_KINDS]
         self._ordered = ordered
@@ -190,6 +196,10 @@ class ReplayChecks:
         self._count += 1
         recorded = self._steps.get(key)
         if recorded is None:
+            if self._vacant and self._unreached and (vacant := self._fill_vacancy()) is not None:
+                self._high = max(self._high, vacant)
+                self._new[key] = (vacant, ran)
+                return None
             if self._open:
                 # Started before a recorded wait that has not ended (the code may add a
                 # step there): no later than it, and no earlier than what this pass
@@ -281,6 +291,17 @@ class ReplayChecks:
         while self._at < len(ordered) and ordered[self._at][1] in reached:
             self._at += 1
         return self._at < len(ordered) and ordered[self._at][0] < order
+
+    def _fill_vacancy(self) -> int | None:
+        """A vacant order below every finished step not reached yet, taken; None when
+        there is none (or an unreached step has no order to compare)."""
+        if any(self._steps[k].order is None for k in self._unreached):
+            return None
+        self._earlier_unreached(self._next)  # moves past what was reached
+        first = self._ordered[self._at][0] if self._at < len(self._ordered) else self._next
+        if self._vacant[0] < first:
+            return self._vacant.pop(0)
+        return None
 
     def _first_unreached(self) -> str:
         if self._earlier_unreached(self._next):
