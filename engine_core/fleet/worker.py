@@ -48,6 +48,9 @@ class Worker:
         self._hint_task: asyncio.Task[None] | None = None
         self._jobs: set[asyncio.Task[None]] = set()
         self._claimed: set[tuple[str, str]] = set()
+        # Attempts whose body began here and whose outcome is not recorded yet (the
+        # write failed): their claims are no orphans. Left to expire, they count as lost.
+        self._begun: dict[tuple[str, str], int] = {}
         self._reserved = 0
         # Jobs run here for a pass that waits for them in this process.
         self._handoff: dict[tuple[str, str], asyncio.Future[StepRecord | None]] = {}
@@ -145,7 +148,8 @@ class Worker:
         fail a step that never ran."""
         holder = self.runtime.instance_id
         for job in await self.store.find_claims(holder):
-            if (job.run_id, job.key) not in self._claimed:
+            where = (job.run_id, job.key)
+            if where not in self._claimed and self._begun.get(where) != job.attempts:
                 await write(self.store, job.run_id, job.key, job_unclaimed(job, holder))
 
     # ---- jobs run for a pass waiting here ----------------------------------------
@@ -187,6 +191,11 @@ class Worker:
 
     # ---- running a job -----------------------------------------------------------
 
+    def _began(self, job: StepRecord) -> None:
+        if len(self._begun) >= 10_000:  # bounded: the oldest claims expired long ago
+            del self._begun[next(iter(self._begun))]
+        self._begun[(job.run_id, job.key)] = job.attempts
+
     async def _run_job(self, job: StepRecord, *, checked: bool = False) -> None:
         """Run one claimed attempt of a dispatched step and record its outcome, fenced.
         ``checked``: the dispatching pass saw the run still running after the job was
@@ -222,6 +231,7 @@ class Worker:
             "workflow.function": job.function or "",
         }
         started = utcnow()
+        self._began(job)
         due = job.due_at or job.scheduled_at
         if due is not None:
             metrics.schedule_to_start("dispatched", (started - due).total_seconds())
@@ -292,6 +302,7 @@ class Worker:
                 job.attempts,
             )
             return False
+        self._begun.pop((job.run_id, job.key), None)
         recorded = transition.apply(_copy(job))
         await mirror_step(self.runtime.mirror, recorded)
         handed = False

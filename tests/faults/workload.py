@@ -66,7 +66,8 @@ async def assert_no_step_ran_after_its_success(
     (an execution numbered past the succeeded attempt); one success recorded per step."""
     starts = Counter((r["run"], r["step"], r["attempt"]) for r in log if r["kind"] == "start")
     twice = sorted(key for key, n in starts.items() if n > 1)
-    assert not twice, f"attempts that ran twice: {twice[:10]}"
+    detail = [r for r in log if twice and (r["run"], r["step"]) == twice[0][:2]]
+    assert not twice, f"attempts that ran twice: {twice[:10]} {detail}"
     problems: list[str] = []
     for run_id in run_ids:
         run = await engine.store.get_run(run_id)
