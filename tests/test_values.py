@@ -21,6 +21,7 @@ from engine_core import (
     EngineError,
     InvalidInputError,
     RunNotFoundError,
+    StepFailedError,
     WorkflowContext,
     convert,
 )
@@ -267,6 +268,33 @@ async def test_a_recorded_value_that_no_longer_fits_suspends_the_run(
         await fixed.resume(run_id)
         assert await fixed.result(run_id, timeout=10) == {"sku": "a", "qty": 1}
     assert (await fixed.status(run_id)).steps["measure"].attempts == 1  # never run again
+
+
+async def test_a_fresh_result_that_does_not_fit_its_declared_type_fails_the_step(
+    engine: Engine,
+) -> None:
+    calls: list[int] = []
+
+    def count() -> int:
+        calls.append(1)
+        return "many"  # type: ignore[return-value]
+
+    @engine.workflow("miscounted")
+    async def miscounted(ctx: WorkflowContext, data: Any) -> Any:
+        try:
+            return await ctx.step("count", count, retries=2)
+        except StepFailedError as exc:
+            return ["failed", exc.error_type]
+
+    async with engine:
+        run_id = await engine.start("miscounted")
+        assert await engine.result(run_id, timeout=10) == ["failed", "NotSerializableError"]
+        status = await engine.status(run_id)
+    step = status.steps["count"]
+    assert (step.status, step.attempts, len(calls)) == ("failed", 1, 1)  # not retried
+    assert step.error is not None and "does not fit the type the code declares (int)" in str(
+        step.error["message"]
+    )
 
 
 def test_engine_core_imports_and_converts_without_pydantic_installed() -> None:

@@ -80,6 +80,7 @@ class StepRunner(Protocol):
         compensate: Callable[[Any], Any] | None,
         timeout: Duration | None,
         kwargs: dict[str, Any] | None = None,
+        declared: Any = None,
     ) -> Any: ...
 
     def registered(
@@ -273,6 +274,7 @@ class WorkflowContext:
         as the type ``returns`` or ``fn``'s return annotation declares. The step options
         (``retries``, ``retry_delay``, ``compensate``, ``timeout``, ``returns``) are
         keyword-only and never passed to ``fn``."""
+        declared = returns if returns is not None else declared_return(fn)
         result = await self._pass.inline_step(
             name,
             fn,
@@ -282,8 +284,8 @@ class WorkflowContext:
             compensate=compensate,
             timeout=timeout,
             kwargs=kwargs,
+            declared=declared,
         )
-        declared = returns if returns is not None else declared_return(fn)
         return as_declared(result, declared, f"the result of step {name!r}")
 
     @overload

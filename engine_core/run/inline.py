@@ -15,6 +15,7 @@ from datetime import timedelta
 from typing import Any
 
 import engine_core.lifecycle_log as lifecycle_log
+from engine_core.convert import from_json
 from engine_core.durations import (
     Duration,
     check_retry_delay,
@@ -30,6 +31,20 @@ from engine_core.run.pass_state import Parked, PassState, stored_failure
 from engine_core.run.threads import runs_in_thread
 from engine_core.run.transitions import attempt_ended, attempt_lost
 from engine_core.values import check_retries, idempotency_key
+
+
+def check_declared(stored: Any, declared: Any, what: str) -> None:
+    """Raise :class:`NotSerializableError` when a fresh value, as it will be stored,
+    cannot be given back as the ``declared`` type (every replay would refuse it)."""
+    try:
+        from_json(stored, declared)
+    except (ValueError, TypeError) as exc:
+        name = getattr(declared, "__name__", str(declared))
+        raise NotSerializableError(
+            f"{what} does not fit the type the code declares ({name}): {exc}; return a "
+            "value of that type, or declare the type the step returns"
+        ) from exc
+
 
 log = logging.getLogger("engine_core")
 
@@ -49,8 +64,11 @@ async def inline_step(
     compensate: Callable[[Any], Any] | None,
     timeout: Duration | None,
     kwargs: dict[str, Any] | None = None,
+    declared: Any = None,
 ) -> Any:
-    """``ctx.step``: the recorded result, or run the step here now."""
+    """``ctx.step``: the recorded result, or run the step here now (a fresh result that
+    does not fit the ``declared`` type fails the step, as a value that cannot be
+    stored does, instead of being recorded)."""
     key = p.key(name)
     if (check := p.checks.reach(key, "inline", callable_name(fn))) is not None:
         await check
@@ -63,7 +81,9 @@ async def inline_step(
     if done is not None:
         return done.result
     compensable = compensate is not None
-    run = run_inline(p, key, fn, args, attempts, delay, limit, compensable, kwargs=kwargs)
+    run = run_inline(
+        p, key, fn, args, attempts, delay, limit, compensable, kwargs=kwargs, declared=declared
+    )
     return await p.track(run)
 
 
@@ -102,6 +122,7 @@ async def run_inline(
     *,
     kind: StepKind = "inline",
     kwargs: dict[str, Any] | None = None,
+    declared: Any = None,
 ) -> Any:
     """Run the step here until it succeeds, fails for good, or parks for a long retry."""
     step = p.steps.get(key)
@@ -138,6 +159,8 @@ async def run_inline(
                 traceparent=p.traceparent,
                 attributes={**attributes, "workflow.attempt": attempt},
             )
+            if declared is not None:
+                check_declared(stored, declared, f"the result of step {key!r}")
         except Exception as exc:
             error = error_info(exc)
             if attempt < max_attempts and not isinstance(exc, NotSerializableError):

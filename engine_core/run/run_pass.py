@@ -222,6 +222,7 @@ class RunPass(PassState):
         compensate: Callable[[Any], Any] | None,
         timeout: Duration | None,
         kwargs: dict[str, Any] | None = None,
+        declared: Any = None,
     ) -> Any:
         return await inline.inline_step(
             self,
@@ -233,6 +234,7 @@ class RunPass(PassState):
             compensate=compensate,
             timeout=timeout,
             kwargs=kwargs,
+            declared=declared,
         )
 
     def registered(
