@@ -158,7 +158,10 @@ class RepairApi:
         """:meth:`cancel` every run the filter matches (as :meth:`fork_many`) that has not
         ended (``status``: one of queued, running, suspended; default: all three)."""
         if status is not None and status not in STOPPABLE:
-            raise ValueError(f"only {', '.join(STOPPABLE)} runs can be cancelled, not {status}")
+            raise ValueError(
+                f"a {status} run cannot be cancelled: cancel_many takes runs that are "
+                f"{', '.join(STOPPABLE)} (pass one of those as status, or none for all three)"
+            )
         _check_some(workflow, status, created_since, created_before, error_type)
         report = BulkReport(dry_run=dry_run)
         for state in [status] if status is not None else list(STOPPABLE):
