@@ -225,6 +225,7 @@ def test_engine_core_knows_nothing_of_mongodb() -> None:
 
 def test_the_public_surface_of_engine_core() -> None:
     assert sorted(engine_core.__all__) == [
+        "BulkReport",
         "Divergence",
         "DuplicateRunError",
         "Engine",
