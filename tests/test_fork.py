@@ -4,6 +4,7 @@ never starts a finished child again."""
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from typing import Any
 
@@ -142,3 +143,40 @@ async def test_kept_idempotency_keys_and_no_copied_compensation(engine: Engine) 
         assert calls["undo"] == 1
         charge_keys = [k for k in calls if k.startswith("key:charge:")]
         assert len(charge_keys) == 1 and calls[charge_keys[0]] == 2
+
+
+async def test_a_live_run_forks_and_a_dispatched_step_keeps_the_original_key(
+    engine: Engine,
+) -> None:
+    keys: list[str] = []
+
+    @engine.step_function("notify")
+    async def notify(payload: Any) -> str:
+        keys.append(current_step().idempotency_key)
+        return "sent"
+
+    @engine.workflow("approval")
+    async def approval(ctx: WorkflowContext, data: Any) -> Any:
+        await ctx.dispatch("notify", "notify", data)
+        return await ctx.wait_for_event("approve")
+
+    engine.queue("approvals")
+    async with engine:
+        original = await engine.start("approval", 1, queue="approvals")
+        for _ in range(200):
+            if (await engine.status(original)).steps.get("approve") is not None:
+                break
+            await asyncio.sleep(0.02)
+        # A running run forks (from its first step: no step failed), on the same queue.
+        fork = await engine.fork(original)
+        again = await engine.fork(original, from_step="notify", keep_idempotency_keys=True)
+        await engine.send_event(fork, "approve", "yes")
+        await engine.send_event(again, "approve", "ok")
+        assert await engine.result(fork, timeout=10) == "yes"
+        assert await engine.result(again, timeout=10) == "ok"
+        assert [(await engine.status(r)).queue for r in (fork, again)] == ["approvals"] * 2
+        assert (await engine.status(original)).status == "running"  # untouched
+        assert (await engine.status(original)).forks == 2
+        # "notify" ran in each: a new key in the first fork, the original's in the second.
+        assert len(keys) == 3 and keys.count(keys[0]) == 2 and len(set(keys)) == 2
+        await engine.cancel(original)
