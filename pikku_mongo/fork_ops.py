@@ -11,8 +11,11 @@ A fork is written in this order, each write durable before the next:
 
 A forker that dies before 3 leaves a marker and steps that no reader sees;
 :meth:`ForkOps.clean_forks` (run by recovery, for markers an hour old) takes the marker,
-and deletes the steps when no run was written. A repeat of the same fork (same run id,
-after a lost reply) finds the run and makes no second one, or finishes the first.
+and deletes the steps when no run was written. (A forker that stood still for that hour
+between 2 and 3, then wrote its run, finds its marker gone and writes the steps again;
+a pass of the fork begun in that moment would run its first steps anew.) A repeat of
+the same fork (same run id, after a lost reply) finds the run and makes no second one,
+or finishes the first.
 """
 
 from __future__ import annotations
@@ -63,7 +66,10 @@ class ForkOps:
         except DuplicateRunError:
             await self._undo(fork_id)
             raise
-        await self._unmark(fork_id)
+        if made is None and not await self._unmark(fork_id):
+            # Cleaned up under us (this call stood an hour between its writes): the run
+            # is written now, so the steps go back for good.
+            await copy_steps(self, steps)
         return made
 
     @transient_retry
@@ -81,8 +87,9 @@ class ForkOps:
         )
 
     @transient_retry
-    async def _unmark(self, packed_id: str) -> None:
-        await self.forks.delete_one({"_id": packed_id})
+    async def _unmark(self, packed_id: str) -> bool:
+        """Delete the fork's marker; whether it was still there."""
+        return (await self.forks.delete_one({"_id": packed_id})).deleted_count > 0
 
     @transient_retry
     async def _undo(self, packed_id: str) -> bool:

@@ -28,10 +28,10 @@ class Pausing(MongoStore):
             await self._park()
         return await super().insert_run(run)
 
-    async def _unmark(self, packed_id: str) -> None:
+    async def _unmark(self, packed_id: str) -> bool:
         if self.at == "run":
             await self._park()
-        await super()._unmark(packed_id)
+        return await super()._unmark(packed_id)
 
 
 async def main(argv: list[str]) -> None:
