@@ -18,6 +18,7 @@ from engine_core.errors import (
     RunNotFoundError,
     ScheduleNotFoundError,
     StepFailedError,
+    StepNotFoundError,
     StoreUnavailableError,
     WorkflowDeadlineExceededError,
     WorkflowNotRegisteredError,
@@ -27,6 +28,7 @@ from engine_core.errors import (
 from engine_core.fleet.recovery import RecoveryReport, WorkflowRecovery
 from engine_core.mirror import RunMirror
 from engine_core.records import Worker
+from engine_core.run.bulk import BulkReport
 from engine_core.run.context import StepInfo, WorkflowContext, current_step
 from engine_core.schedules.times import Schedule
 from engine_core.status import (
@@ -41,6 +43,7 @@ from engine_core.store import Store
 from engine_core.tracing import TraceIdFilter
 
 __all__ = [
+    "BulkReport",
     "Divergence",
     "DuplicateRunError",
     "Engine",
@@ -66,6 +69,7 @@ __all__ = [
     "ScheduleNotFoundError",
     "StepFailedError",
     "StepInfo",
+    "StepNotFoundError",
     "StepStatus",
     "Store",
     "StoreUnavailableError",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, TypeVar, overload
@@ -31,6 +32,7 @@ from engine_core.records import (
     Worker,
     utcnow,
 )
+from engine_core.repair_api import MAX_FORKS, RepairApi
 from engine_core.run.context import register_fn
 from engine_core.run.replay_check import replay_check
 from engine_core.run.results import outcome
@@ -62,7 +64,7 @@ T = TypeVar("T")
 MAX_LIST = 10_000
 
 
-class Engine(ScheduleApi):
+class Engine(ScheduleApi, RepairApi):
     """A durable workflow engine over a :class:`~engine_core.store.Store`."""
 
     def __init__(
@@ -242,7 +244,9 @@ class Engine(ScheduleApi):
     async def status(self, run_id: str) -> RunStatus:
         """The run's status, with each step folded to its latest attempt."""
         run = await self._call(lambda: self._control.get(run_id))
-        return fold_status(run, await self._call(lambda: self.store.load_steps(run_id)))
+        status = fold_status(run, await self._call(lambda: self.store.load_steps(run_id)))
+        forks = await self._call(lambda: self.store.list_forks(run_id, limit=MAX_FORKS))
+        return replace(status, forks=len(forks)) if forks else status
 
     async def history(self, run_id: str) -> list[TimelineEntry]:
         """Every attempt of every step of the run, with the time of each transition."""

@@ -44,6 +44,10 @@ class RunNotFoundError(EngineError, LookupError):
     """No run has this id."""
 
 
+class StepNotFoundError(EngineError, ValueError):
+    """The run has no step of this key (``engine.fork(from_step=...)``)."""
+
+
 class RunNotActiveError(EngineError):
     """The run has ended (completed, failed, cancelled, ...): it takes no more events.
     Nothing was stored."""

@@ -94,6 +94,9 @@ class RunRecord:
     deadline_s: float | None = None
     # The label of the workflow's code that started the run (``version=``), if any.
     version: str | None = None
+    #: A fork's origin (``engine.fork``): ``{"run_id", "step"}``, the run it was forked
+    #: from and the first step it runs anew; None for a run that is not a fork.
+    forked_from: dict[str, str] | None = None
 
 
 @dataclass
@@ -182,6 +185,9 @@ class StepRecord:
     # ran (see ``engine_core.run.divergence``); None on records older than the check.
     order: int | None = None
     ran: str | None = None
+    # A dispatched step of a fork that keeps its original's idempotency keys: the run
+    # whose keys it uses (the worker running it does not read the run).
+    idempotency_of: str | None = None
 
 
 @dataclass

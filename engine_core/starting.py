@@ -37,7 +37,7 @@ async def start_run(
     host = host
     local = workflow in host.workflows
     if local:
-        _check_input(host.workflows[workflow], workflow, input)
+        check_input(host.workflows[workflow], workflow, input)
     else:
         # A client by name: some live worker must serve it.
         check_name(workflow, "workflow name")
@@ -73,18 +73,24 @@ async def start_run(
                 f"{existing.workflow!r}, not {workflow!r}; choose another id"
             )
         return run_id
+    await announce(host, run, adopt=adopt)
+    return run_id
+
+
+async def announce(host: Host, run: RunRecord, *, adopt: bool = False) -> None:
+    """After ``run`` was recorded (started, or forked): log and mirror it, arm its
+    timers, and set it going here (``adopt``: its first pass is held already)."""
     lifecycle_log.run_started(run)
     await mirror_run(host.mirror, run)
     if host.serving and (run.not_before is not None or run.deadline_at is not None):
         host.run_timers.arm(run)
     if run.status == "queued":
-        if run.not_before is None and queue is not None:
-            host.joined_line(queue)
+        if run.not_before is None and run.queue is not None:
+            host.joined_line(run.queue)
     elif adopt:
         host.adopt(run)
-    elif local:
-        host.kick(run_id)
-    return run_id
+    elif run.workflow in host.workflows:
+        host.kick(run.run_id)
 
 
 async def record_for_fleet(
@@ -101,7 +107,7 @@ async def record_for_fleet(
     return run_id
 
 
-def _check_input(fn: Callable[..., Any], workflow: str, input: Any) -> None:
+def check_input(fn: Callable[..., Any], workflow: str, input: Any) -> None:
     """``input`` must fit the type ``fn`` declares for it: :class:`InvalidInputError`."""
     declared = declared_parameter(fn, 1)
     if declared is None:

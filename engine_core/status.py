@@ -57,6 +57,11 @@ class RunStatus:
     deadline_at: datetime | None = None
     #: The ``version=`` label of the code that started the run, if any.
     version: str | None = None
+    #: A fork's origin, ``{"run_id", "step"}`` (``engine.fork``); None otherwise.
+    forked_from: dict[str, str] | None = None
+    #: How many forks were made of this run (``engine.status`` counts them; a listing
+    #: leaves 0). ``engine.list_forks`` lists them.
+    forks: int = 0
 
 
 @dataclass(frozen=True)
@@ -132,6 +137,7 @@ def fold_status(run: RunRecord, steps: list[StepRecord] | None) -> RunStatus:
         not_before=run.not_before,
         deadline_at=run.deadline_at,
         version=run.version,
+        forked_from=dict(run.forked_from) if run.forked_from else None,
     )
 
 

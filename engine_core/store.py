@@ -216,6 +216,24 @@ class Store(Protocol):
         """Delete up to ``limit`` terminal runs last updated before ``finished_before``,
         with their steps and events. Returns how many runs were deleted."""
 
+    # ---- forks (``engine.fork``) -----------------------------------------------
+
+    async def fork_run(self, run: RunRecord, steps: Sequence[StepRecord]) -> RunRecord | None:
+        """Make a fork: its copied ``steps`` (whole records of run ``run.run_id``) and
+        ``run``, inserted as :meth:`insert_run` inserts (None when this call made it, the
+        existing run, unchanged, when one has the id; :class:`~engine_core.DuplicateRunError`
+        as there). No reader sees the run without its steps: without transactions the
+        run is written last, and steps written for a run that never was stay invisible
+        (no sweep, listing or count reads them) until :meth:`clean_forks`. Safe to
+        repeat with the same run id (a repeat after a lost reply makes no second fork)."""
+
+    async def list_forks(self, run_id: str, *, limit: int) -> list[str]:
+        """The ids of up to ``limit`` runs forked from ``run_id``, oldest first."""
+
+    async def clean_forks(self, before: datetime) -> int:
+        """Delete the steps of forks begun before ``before`` whose run was never written
+        (their forker died between the writes). Returns how many such forks it undid."""
+
     # ---- flow control: queues, delays, deadlines ---------------------------------
 
     async def get_queue_state(self, name: str) -> QueueState | None:

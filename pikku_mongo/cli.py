@@ -5,6 +5,9 @@
     pikku-mongo runs show RUN_ID
     pikku-mongo runs cancel RUN_ID [--compensate]
     pikku-mongo runs suspend RUN_ID | resume RUN_ID | retry RUN_ID
+    pikku-mongo runs fork RUN_ID [--from STEP] [--new-run-id ID] [--keep-idempotency-keys]
+    pikku-mongo runs fork|cancel|retry --workflow W [--status S] [--since T] [--before T]
+                                       [--error-type E] [--dry-run]
     pikku-mongo queues list
     pikku-mongo workers list
     pikku-mongo schedules list | pause NAME | resume NAME | delete NAME | trigger NAME
@@ -42,6 +45,7 @@ from engine_core import Engine, EngineError
 from engine_core.durations import parse_duration
 from engine_core.options import ORDERS
 from engine_core.records import RunState
+from pikku_mongo import repair_cli
 from pikku_mongo.cli_text import (
     _jsonable,
     _listed,
@@ -166,7 +170,14 @@ async def _run(args: argparse.Namespace, uri: str) -> Any:
             history = await engine.history(args.run_id)
             data = _jsonable(status)
             data["history"] = _jsonable(history)
-            return data, _show_run(status, history)
+            data["forks"] = forks = await engine.list_forks(args.run_id)
+            return data, _show_run(status, history, forks)
+        if action in ("fork", "cancel", "retry"):
+            if repair_cli.is_bulk(args):
+                return await repair_cli.act_on_many(engine, args)
+            forked = await repair_cli.act_on_one(engine, args)
+            if forked is not None:
+                return forked
         if action == "cancel":
             await engine.cancel(args.run_id, compensate=args.compensate)
         elif action == "suspend":
@@ -268,9 +279,13 @@ def _parser() -> argparse.ArgumentParser:
         ("suspend", "suspend a run"),
         ("resume", "resume a suspended run"),
         ("retry", "give a failed run a new pass from its failed step"),
+        ("fork", "a new run reusing the steps finished before a step"),
     ):
         action = actions.add_parser(name, parents=[common], help=text)
-        action.add_argument("run_id")
+        if name in ("fork", "cancel", "retry"):
+            repair_cli.add_arguments(action, name)
+        else:
+            action.add_argument("run_id")
         if name == "cancel":
             action.add_argument(
                 "--compensate", action="store_true", help="run the compensations of finished steps"

@@ -57,7 +57,7 @@ def _error_text(error: dict[str, Any] | None) -> str:
     return f"{error.get('type', 'Error')}: {error.get('message', '')}"
 
 
-def _show_run(status: RunStatus, history: list[Any]) -> str:
+def _show_run(status: RunStatus, history: list[Any], forks: list[str] | None = None) -> str:
     lines = [
         f"run       {status.run_id}",
         f"workflow  {status.workflow}",
@@ -68,6 +68,11 @@ def _show_run(status: RunStatus, history: list[Any]) -> str:
     ]
     if status.parent_run_id:
         lines.append(f"parent    {status.parent_run_id}")
+    if status.forked_from:
+        origin = status.forked_from
+        lines.append(f"forked    from {origin['run_id']} at step {origin['step'] or '-'}")
+    if forks:
+        lines.append(f"forks     {', '.join(forks)}")
     if status.queue:
         lines.append(f"queue     {_queue_text(status)}")
     if status.not_before:

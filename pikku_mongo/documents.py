@@ -69,7 +69,9 @@ _STEP_TIME_FIELDS = frozenset(
     {"due_at", "scheduled_at", "updated_at", "ended_at", "claim_expires_at"}
 )
 #: StepRecord fields that filters compare as identity strings (packed).
-_STEP_PACKED_FIELDS = frozenset({"function", "claim_holder", "child_run_id", "event"})
+_STEP_PACKED_FIELDS = frozenset(
+    {"function", "claim_holder", "child_run_id", "event", "idempotency_of"}
+)
 #: Fields an update may not change: they are the step's identity.
 STEP_IDENTITY = frozenset({"run_id", "key"})
 #: Never inside a packed string (its ``\x01`` is always followed by ``\x01`` or
@@ -130,6 +132,18 @@ def run_to_doc(run: RunRecord) -> Doc:
         "keys": run.key_scheme,
         "version": pack_opt(run.version),
         **flow_fields(run),
+        **fork_fields(run),
+    }
+
+
+def fork_fields(run: RunRecord) -> Doc:
+    """A fork's origin (``forked``: the original's packed id, indexed sparse, so the
+    forks of a run are one index lookup; ``forked_step``); absent on other runs."""
+    if run.forked_from is None:
+        return {}
+    return {
+        "forked": pack(check_str(run.forked_from["run_id"], "forked_from run id")),
+        "forked_step": pack(str(run.forked_from.get("step", ""))),
     }
 
 
@@ -251,6 +265,11 @@ def run_from_doc(doc: Doc) -> RunRecord:
         deadline_at=opt_from_us(doc.get("deadline")),
         deadline_s=float(doc["deadline_s"]) if doc.get("deadline_s") is not None else None,
         version=unpack_opt(doc.get("version")),
+        forked_from=(
+            {"run_id": unpack(doc["forked"]), "step": unpack(doc.get("forked_step") or "")}
+            if doc.get("forked") is not None
+            else None
+        ),
     )
 
 

@@ -51,6 +51,8 @@ RUN_INDEXES = [
     IndexModel([("qlive", ASCENDING)], sparse=True),
     # count_admitted(_keys): the admitted runs of one queue (a range), of one key.
     IndexModel([("qheld", ASCENDING)], sparse=True),
+    # list_forks: the forks of a run (only forks have the field).
+    IndexModel([("forked", ASCENDING)], sparse=True),
 ]
 
 STEP_INDEXES = [

@@ -15,6 +15,8 @@ Collections (``prefix`` + name):
 * ``schedules``: ``_id`` = schedule name; its timing, input and next fire. See
   :mod:`pikku_mongo.schedule_ops`.
 * ``meta``: the storage format version (see :mod:`pikku_mongo.migrations`).
+* ``forks``: ``_id`` = a fork's run id, while the fork is being made (its steps
+  written, its run not yet): see :mod:`pikku_mongo.fork_ops`.
 * ``queues``: ``_id`` = queue name; each queue's admission state, replaced by
   compare-and-set on its version. See :mod:`pikku_mongo.queue_ops`.
 
@@ -84,6 +86,7 @@ from pikku_mongo.documents import Doc, event_from_doc, event_to_doc, lease_expir
 from pikku_mongo.encoding import EPOCH, pack, to_us
 from pikku_mongo.errors import MissingDatabaseError
 from pikku_mongo.filters import eq
+from pikku_mongo.fork_ops import ForkOps
 from pikku_mongo.indexes import create_indexes
 from pikku_mongo.listing import ListingOps, backfill_made
 from pikku_mongo.migrations import migrate
@@ -112,7 +115,9 @@ _AFTER = ReturnDocument.AFTER
 _BY_ID = [("_id", 1)]
 
 
-class MongoStore(RunOps, ListingOps, StepOps, QueueOps, ScheduleOps, WorkerOps, DeclaredOps):
+class MongoStore(
+    RunOps, ListingOps, StepOps, QueueOps, ScheduleOps, WorkerOps, DeclaredOps, ForkOps
+):
     """The engine's store on a MongoDB database (see the module docstring)."""
 
     def __init__(
@@ -154,6 +159,7 @@ class MongoStore(RunOps, ListingOps, StepOps, QueueOps, ScheduleOps, WorkerOps, 
         self.schedules = self._collection("schedules")
         self.workers = self._collection("workers")
         self.queue_limits = self._collection("queue_limits")
+        self.forks = self._collection("forks")
         # Group commit, one queue per collection written on the hot path. A document a
         # guarded upsert created has none of the fields every real document has.
         self.run_writes = Batcher(self.runs, {"workflow": {"$exists": False}})

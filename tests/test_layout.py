@@ -46,6 +46,8 @@ LAYERS: list[set[str]] = [
     {
         "run.attempt",
         "run.control",
+        "run.fork",
+        "run.bulk",
         "flow.queue_figures",
         "testing.run_cases",
         "testing.step_cases",
@@ -55,6 +57,7 @@ LAYERS: list[set[str]] = [
         "testing.worker_cases",
         "testing.replay_cases",
         "testing.operator_cases",
+        "testing.fork_cases",
     },
     {"testing.conformance"},
     {"testing"},
@@ -74,7 +77,7 @@ LAYERS: list[set[str]] = [
     {"run", "fleet", "flow", "schedules"},
     {"host"},
     {"starting"},
-    {"schedule_api"},
+    {"schedule_api", "repair_api"},
     {"engine"},
     {"__init__"},
 ]
@@ -83,7 +86,7 @@ LAYERS: list[set[str]] = [
 #: wing shares ("core"), the wings, then what faces the user ("front"). A module may
 #: import from its own wing and the wings below it, never from one above.
 WINGS: list[str] = ["core", "memory", "testing", "run", "fleet", "flow", "schedules", "front"]
-FRONT = {"host", "starting", "schedule_api", "engine", "__init__"}
+FRONT = {"host", "starting", "schedule_api", "repair_api", "engine", "__init__"}
 
 
 def _wing(module: str) -> str:
@@ -222,6 +225,7 @@ def test_engine_core_knows_nothing_of_mongodb() -> None:
 
 def test_the_public_surface_of_engine_core() -> None:
     assert sorted(engine_core.__all__) == [
+        "BulkReport",
         "Divergence",
         "DuplicateRunError",
         "Engine",
@@ -247,6 +251,7 @@ def test_the_public_surface_of_engine_core() -> None:
         "ScheduleNotFoundError",
         "StepFailedError",
         "StepInfo",
+        "StepNotFoundError",
         "StepStatus",
         "Store",
         "StoreUnavailableError",
@@ -303,4 +308,9 @@ def test_the_engine_exposes_no_mechanism_as_public_api() -> None:
         "queue",
         "list_queues",
         "replay_check",
+        "fork",
+        "list_forks",
+        "fork_many",
+        "cancel_many",
+        "retry_many",
     }

@@ -41,6 +41,8 @@ BACKOFF_MAX_ENTRIES = 10_000
 WAKE_GRACE_S = 2.0
 
 
+#: A fork begun this long ago and never written whole was abandoned by its forker.
+FORK_GRACE_S = 3600.0
 REPORT_SAMPLE = 100
 
 
@@ -151,6 +153,8 @@ class WorkflowRecovery:
             await self._sweep_lapsed_claims(report)
             await self._sweep_in_flight(report)
             await self._sweep_stalled(report)
+            # Forks whose forker died between its writes (see ``Store.fork_run``).
+            await self.store.clean_forks(utcnow() - timedelta(seconds=FORK_GRACE_S))
             await metrics.measure_queues(self.store.queue_names, self.store.count_queue)
         metrics.recovered(
             {

@@ -223,7 +223,9 @@ class Worker:
                 return
         function = self.runtime.step_fn(job.function or "")
         assert function is not None, "claims only take jobs of registered step functions"
-        info = StepInfo(job.run_id, job.key, attempt, idempotency_key(job.run_id, job.key))
+        info = StepInfo(
+            job.run_id, job.key, attempt, idempotency_key(job.idempotency_of or job.run_id, job.key)
+        )
         attributes = {
             "workflow.run_id": job.run_id,
             "workflow.step": job.key,

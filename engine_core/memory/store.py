@@ -249,6 +249,29 @@ class InMemoryStore(StepMemory, EventLeaseMemory, FlowMemory, WorkerMemory):
         run.updated_at = utcnow()
         return clone(run)
 
+    async def fork_run(self, run: RunRecord, steps: Sequence[StepRecord]) -> RunRecord | None:
+        # No await in between: the steps and the run land together or not at all.
+        existing = self._runs.get(run.run_id)
+        if existing is not None:
+            return clone(existing)
+        taken = await self.insert_run(run)  # raises (writing nothing) on a held dedup id
+        for step in steps:
+            self._steps[(step.run_id, step.key)] = clone(step)
+        self._scheduled = None
+        return taken
+
+    async def list_forks(self, run_id: str, *, limit: int) -> list[str]:
+        forks = [
+            r
+            for r in self._runs.values()
+            if r.forked_from is not None and r.forked_from.get("run_id") == run_id
+        ]
+        forks.sort(key=lambda r: (r.created_at, r.run_id))
+        return [r.run_id for r in forks[:limit]]
+
+    async def clean_forks(self, before: datetime) -> int:
+        return 0  # a fork is made in one step here: none is ever half-made
+
     async def list_child_runs(self, run_id: str) -> list[RunRecord]:
         return [clone(r) for r in self._runs.values() if r.parent_run_id == run_id]
 

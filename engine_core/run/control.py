@@ -162,7 +162,10 @@ class RunControl:
         dedup id and deadline as a start would (see ``engine_core.run.reentry``)."""
         run = await self.get(run_id)
         if run.status != "failed":
-            raise ValueError(f"run {run_id!r} is {run.status}; only a failed run can be retried")
+            raise ValueError(
+                f"run {run_id!r} is {run.status}; only a failed run can be retried "
+                "(engine.fork repairs a run in any status: a new run reusing its finished steps)"
+            )
         await check_dedup_free(self.store, run)  # before anything is written
         if run.journal:
             # The failed step's outcome may be in the journal only: copy it out first.

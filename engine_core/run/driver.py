@@ -224,8 +224,8 @@ class Driver:
         what this process remembers (plus what changed since) when the last pass was
         this process's, else all of them."""
         remembered = self._remembered.pop(run.run_id, None)
-        if run.passes <= 1:
-            return []
+        if run.passes <= 1 and run.forked_from is None:
+            return []  # a fork's first pass reads the steps it reuses
         if remembered is None or remembered[0] + 1 != run.token or "*" in run.changed:
             return await self.store.load_steps(run.run_id)
         steps = {s.key: s for s in remembered[1]}

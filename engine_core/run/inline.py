@@ -27,10 +27,11 @@ from engine_core.records import StepKind, utcnow
 from engine_core.run.attempt import error_info, run_attempt
 from engine_core.run.context import StepInfo
 from engine_core.run.divergence import callable_name
+from engine_core.run.fork import step_idempotency_key
 from engine_core.run.pass_state import Parked, PassState, stored_failure
 from engine_core.run.threads import runs_in_thread
 from engine_core.run.transitions import attempt_ended, attempt_lost
-from engine_core.values import check_retries, idempotency_key
+from engine_core.values import check_retries
 
 
 def check_declared(stored: Any, declared: Any, what: str) -> None:
@@ -148,7 +149,7 @@ async def run_inline(
     }
     while True:
         started = await p.start(key, attempt)
-        info = StepInfo(p.run_id, key, attempt, idempotency_key(p.run_id, key))
+        info = StepInfo(p.run_id, key, attempt, step_idempotency_key(p.run, key))
         try:
             stored = await run_attempt(
                 info,

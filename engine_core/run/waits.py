@@ -14,6 +14,7 @@ from engine_core.durations import Duration, check_retry_delay, parse_duration
 from engine_core.errors import WorkflowNotRegisteredError
 from engine_core.mirror import mirror_step
 from engine_core.records import StepKind, StepRecord, utcnow
+from engine_core.run.fork import KEYS_OF
 from engine_core.run.keys import child_run_id
 from engine_core.run.pass_state import Parked, PassState, stored_failure
 from engine_core.run.transitions import claimed as claim
@@ -87,6 +88,7 @@ async def dispatch_step(
             timeout=limit,
             function=function,
             payload=to_stored(payload, f"payload of step {key!r}"),
+            idempotency_of=p.run.wire.get(KEYS_OF),
         )
         slot = p.runtime.job_slot(function)
         if slot is not None:

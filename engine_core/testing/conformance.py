@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from engine_core.testing.event_lease_cases import EventLeaseCases
 from engine_core.testing.flow_cases import FlowCases
+from engine_core.testing.fork_cases import ForkCases
 from engine_core.testing.operator_cases import OperatorCases
 from engine_core.testing.replay_cases import ReplayRecordCases
 from engine_core.testing.run_cases import RunCases
@@ -21,6 +22,7 @@ class StoreConformance(
     WorkerCases,
     ReplayRecordCases,
     OperatorCases,
+    ForkCases,
 ):
     """What every :class:`~engine_core.store.Store` must do. Needs a ``store`` fixture
     that yields a fresh, initialised, empty store."""

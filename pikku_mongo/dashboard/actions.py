@@ -4,8 +4,10 @@ each."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import get_args
 
 from engine_core import Engine
+from engine_core.records import RunState
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,16 @@ ACTIONS: dict[str, Action] = {
             frozenset({"failed"}),
             "Retry requested.",
         ),
+        Action(
+            "fork",
+            "Fork",
+            "Start a new run of the same workflow, queue and version that reuses the "
+            "steps this run finished before the chosen step (by default the step that "
+            "failed it, else its first step) and runs that step and every later one anew. "
+            "This run is not changed. Steps that run again get new idempotency keys.",
+            frozenset(get_args(RunState)),
+            "This run is a fork, just made.",
+        ),
     )
 }
 
@@ -96,6 +108,8 @@ async def perform(engine: Engine, action: Action, run_id: str) -> None:
         await engine.resume(run_id)
     elif action.name == "retry":
         await engine.retry(run_id)
+    elif action.name == "fork":
+        await engine.fork(run_id)
     else:  # pragma: no cover - ACTIONS and this switch are kept in step
         raise ValueError(f"unknown action {action.name!r}")
 

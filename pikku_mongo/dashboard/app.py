@@ -25,6 +25,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from engine_core import Engine, EngineError, RunNotFoundError, ScheduleNotFoundError
+from pikku_mongo.dashboard.bulk_pages import BulkPages
 from pikku_mongo.dashboard.headers import SecurityHeaders
 from pikku_mongo.dashboard.links import NAV, Links, NavItem
 from pikku_mongo.dashboard.login_pages import LoginPages
@@ -42,7 +43,7 @@ __all__ = ["NAV", "Dashboard", "Links", "NavItem", "dashboard_app"]
 Handler = Callable[[Request], Awaitable[Response]]
 
 
-class Dashboard(RunPages, QueuePages, SchedulePages, WorkerPages, LoginPages):
+class Dashboard(RunPages, BulkPages, QueuePages, SchedulePages, WorkerPages, LoginPages):
     """The dashboard's pages over one Engine; :func:`dashboard_app` builds its app."""
 
     def routes(self) -> list[BaseRoute]:
@@ -50,6 +51,10 @@ class Dashboard(RunPages, QueuePages, SchedulePages, WorkerPages, LoginPages):
         return [
             Route("/", self._guard(self.index), name="index"),
             Route("/runs", self._guard(self.runs), name="runs"),
+            Route("/runs/confirm", self._guard(self.bulk_confirm), name="bulk_confirm"),
+            Route(
+                "/runs/action", self._guard(self.bulk_action), methods=["POST"], name="bulk_action"
+            ),
             Route("/run", self._guard(self.run), name="run"),
             Route("/run/confirm", self._guard(self.confirm), name="confirm"),
             Route("/run/action", self._guard(self.action), methods=["POST"], name="action"),

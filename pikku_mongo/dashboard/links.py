@@ -47,6 +47,14 @@ class Links:
         """Where confirmed actions are posted."""
         return f"{self.root}/run/action"
 
+    def bulk_confirm(self) -> str:
+        """The confirm page of a bulk action on the runs list (a GET form's target)."""
+        return f"{self.root}/runs/confirm"
+
+    def bulk_action(self) -> str:
+        """Where confirmed bulk actions are posted."""
+        return f"{self.root}/runs/action"
+
     def queues(self) -> str:
         """The queues page."""
         return f"{self.root}/queues"

@@ -149,6 +149,11 @@ def parse_run_id(params: QueryParams | Mapping[str, Sequence[str]]) -> str:
     return run_id
 
 
+def parse_step(params: QueryParams | Mapping[str, Sequence[str]]) -> str | None:
+    """The optional ``step`` parameter: a step key (1 to 200 characters), or None."""
+    return _bounded(_single(params, "step", nul=True), "the step", MAX_RUN_ID)
+
+
 def parse_schedule_name(params: QueryParams | Mapping[str, Sequence[str]]) -> str:
     """The ``name`` parameter: a schedule's name (1 to 500 characters, no NUL)."""
     name = _bounded(_single(params, "name"), "the schedule name", MAX_NAME)

@@ -12,16 +12,28 @@ from starlette.responses import Response
 from engine_core import QueueStatus, RunStatus
 from engine_core.records import TERMINAL
 from pikku_mongo.dashboard.actions import ACTIONS, Action, actions_for, perform
+from pikku_mongo.dashboard.bulk_pages import BULK_ACTIONS
 from pikku_mongo.dashboard.params import (
     LIMITS,
     RUN_STATUSES,
     parse_choice,
     parse_run_filters,
     parse_run_id,
+    parse_step,
 )
 from pikku_mongo.dashboard.rendering import PageBase, is_htmx, links_for, log, redirect
 from pikku_mongo.dashboard.views import build_timeline
 from pikku_mongo.dashboard.waiting import awaited_events, event_form, why_waiting
+
+
+def _bulk_notice(params: Any) -> str | None:
+    """What a bulk action just did, from the list's query (``done``, ``count``)."""
+    done, count = params.get("done"), params.get("count", "")
+    if done not in BULK_ACTIONS or not count.isdigit():
+        return None
+    skipped = params.get("skipped", "0")
+    text = f"{BULK_ACTIONS[done].label}: {int(count)} run(s) done"
+    return text + (f", {int(skipped)} skipped." if skipped.isdigit() and int(skipped) else ".")
 
 
 class RunPages(PageBase):
@@ -55,6 +67,7 @@ class RunPages(PageBase):
             "more": len(found) > filters.limit,
             "counts": [(s, counts.get(s, 0)) for s in statuses],
             "total": sum(counts.values()),
+            "bulk_notice": _bulk_notice(request.query_params),
         }
         if is_htmx(request):
             return self.render(request, "_runs_live.html", context)
@@ -68,10 +81,11 @@ class RunPages(PageBase):
         """One run: its values, family, steps, timeline and actions."""
         run_id = parse_run_id(request.query_params)
         done = request.query_params.get("done")
-        status, history, children = await asyncio.gather(
+        status, history, children, forks = await asyncio.gather(
             self.engine.status(run_id),
             self.engine.history(run_id),
             self.engine.list_children(run_id),
+            self.engine.list_forks(run_id),
         )
         context: dict[str, Any] = {
             "page": "runs",
@@ -79,6 +93,8 @@ class RunPages(PageBase):
             "active": status.status not in TERMINAL,
             "timeline": build_timeline(status, history),
             "children": children,
+            "forks": forks,
+            "can_fork": not self.read_only,
             "actions": [] if self.read_only else actions_for(status.status),
             "waiting": why_waiting(status, await self._queue_of(status)),
             "send_events": [] if self.read_only else awaited_events(status),
@@ -125,6 +141,9 @@ class RunPages(PageBase):
         if action.name == "send-event":
             event, text, _ = event_form(request.query_params, status)
             extra = [("event", event), ("payload", text)]
+        elif action.name == "fork":
+            step = parse_step(request.query_params)
+            extra = [("step", step)] if step is not None else []
         return self.render_confirm(
             request,
             action,
@@ -148,6 +167,10 @@ class RunPages(PageBase):
         if action.name == "send-event":
             event, _, payload = event_form(form, status)
             await self.engine.send_event(run_id, event, payload)
+        elif action.name == "fork":
+            fork = await self.engine.fork(run_id, from_step=parse_step(form))
+            log.info("dashboard: fork of run %r: run %r", run_id, fork)
+            return redirect(links_for(request).run(fork, done="fork"))
         else:
             await perform(self.engine, action, run_id)
         log.info("dashboard: %s on run %r", action.name, run_id)

@@ -1,0 +1,182 @@
+"""``engine.fork`` (issue 21, DESIGN 3d) on both stores: a new run that reuses the
+steps the original finished before a step, runs that step and all after it anew, and
+never starts a finished child again."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from engine_core import (
+    Engine,
+    RunNotFoundError,
+    StepNotFoundError,
+    WorkflowContext,
+    WorkflowRunFailedError,
+    current_step,
+)
+
+
+def register_order(engine: Engine, calls: Counter[str], broken: dict[str, bool]) -> None:
+    """``order``: reserve, a child ``invoice``, then ``charge`` (fails while broken)."""
+
+    def reserve(data: dict[str, Any]) -> str:
+        calls["reserve"] += 1
+        calls["key:reserve:" + current_step().idempotency_key] += 1
+        return f"r-{data['n']}"
+
+    def charge(data: dict[str, Any]) -> str:
+        calls["charge"] += 1
+        calls["key:charge:" + current_step().idempotency_key] += 1
+        if broken["charge"]:
+            raise ConnectionError("provider down")
+        return f"c-{data['n']}"
+
+    def undo(*reserved: Any) -> None:
+        calls["undo"] += 1
+
+    @engine.workflow("invoice")
+    async def invoice(ctx: WorkflowContext, data: dict[str, Any]) -> str:
+        calls["invoice"] += 1
+        return f"i-{data['n']}"
+
+    @engine.workflow("order")
+    async def order(ctx: WorkflowContext, data: dict[str, Any]) -> list[str]:
+        r = await ctx.step("reserve", reserve, data, compensate=undo)
+        i = await ctx.child("invoice", "invoice", data)
+        c = await ctx.step("charge", charge, data)
+        return [r, i, c]
+
+
+async def _failed(engine: Engine, run_id: str) -> None:
+    with pytest.raises(WorkflowRunFailedError, match="provider down"):
+        await engine.result(run_id, timeout=10)
+
+
+async def test_a_fork_from_the_failure_reuses_earlier_steps_and_children(engine: Engine) -> None:
+    calls: Counter[str] = Counter()
+    broken = {"charge": True}
+    register_order(engine, calls, broken)
+    async with engine:
+        original = await engine.start("order", {"n": 1})
+        await _failed(engine, original)
+        broken["charge"] = False
+        fork = await engine.fork(original)
+        assert await engine.result(fork, timeout=10) == ["r-1", "i-1", "c-1"]
+        # Nothing before the failed step ran again, no duplicate child started.
+        assert (calls["reserve"], calls["invoice"], calls["charge"]) == (1, 1, 2)
+        forked = await engine.status(fork)
+        assert forked.forked_from == {"run_id": original, "step": "charge"}
+        assert forked.steps["reserve"].status == "succeeded"
+        assert await engine.list_children(fork) == []  # the child is the original's
+        before = await engine.status(original)
+        # A compensated run (not retryable) forks all the same, and stays as it was.
+        assert before.status == "compensated" and before.forks == 1
+        assert before.forked_from is None
+        assert await engine.list_forks(original) == [fork]
+        # The step that ran again had a key of its own: a new run, a new key.
+        charge_keys = [k for k in calls if k.startswith("key:charge:")]
+        assert len(charge_keys) == 2
+
+
+async def test_a_fork_from_a_named_step_runs_it_and_all_after_anew(engine: Engine) -> None:
+    calls: Counter[str] = Counter()
+    register_order(engine, calls, {"charge": False})
+    async with engine:
+        original = await engine.start("order", {"n": 2})
+        assert await engine.result(original, timeout=10) == ["r-2", "i-2", "c-2"]
+        fork = await engine.fork(original, from_step="invoice", input={"n": 3})
+        assert await engine.result(fork, timeout=10) == ["r-2", "i-3", "c-3"]
+        assert (calls["reserve"], calls["invoice"], calls["charge"]) == (1, 2, 2)
+        # A completed run with no failed step: forked from its first step (a restart).
+        again = await engine.fork(original)
+        assert await engine.result(again, timeout=10) == ["r-2", "i-2", "c-2"]
+        assert calls["reserve"] == 2
+        assert (await engine.status(again)).forked_from == {"run_id": original, "step": "reserve"}
+        assert (await engine.status(original)).forks == 2
+
+
+async def test_new_run_id_makes_a_fork_start_once(engine: Engine) -> None:
+    calls: Counter[str] = Counter()
+    register_order(engine, calls, {"charge": False})
+    async with engine:
+        original = await engine.start("order", {"n": 4})
+        await engine.result(original, timeout=10)
+        first = await engine.fork(original, from_step="charge", new_run_id="fork-4")
+        second = await engine.fork(original, from_step="charge", new_run_id="fork-4")
+        assert first == second == "fork-4"
+        await engine.result("fork-4", timeout=10)
+        assert calls["charge"] == 2
+        assert await engine.list_forks(original) == ["fork-4"]
+        with pytest.raises(Exception, match="already belongs to another run"):
+            await engine.fork("fork-4", new_run_id=original)
+
+
+async def test_unknown_runs_and_steps_are_told(engine: Engine) -> None:
+    calls: Counter[str] = Counter()
+    register_order(engine, calls, {"charge": False})
+    async with engine:
+        original = await engine.start("order", {"n": 5})
+        await engine.result(original, timeout=10)
+        with pytest.raises(RunNotFoundError):
+            await engine.fork("no-such-run")
+        with pytest.raises(StepNotFoundError, match="no step 'ship'") as raised:
+            await engine.fork(original, from_step="ship")
+        assert isinstance(raised.value, ValueError)
+        assert await engine.list_forks(original) == []
+
+
+async def test_kept_idempotency_keys_and_no_copied_compensation(engine: Engine) -> None:
+    calls: Counter[str] = Counter()
+    broken = {"charge": True}
+    register_order(engine, calls, broken)
+    async with engine:
+        original = await engine.start("order", {"n": 6})
+        await _failed(engine, original)
+        assert calls["undo"] == 1  # the original compensated its reservation
+        kept = await engine.fork(original, keep_idempotency_keys=True)
+        await _failed(engine, kept)  # still broken: the fork fails the same way
+        # The fork's failure undoes nothing it copied: "reserve" is the original's.
+        assert calls["undo"] == 1
+        charge_keys = [k for k in calls if k.startswith("key:charge:")]
+        assert len(charge_keys) == 1 and calls[charge_keys[0]] == 2
+
+
+async def test_a_live_run_forks_and_a_dispatched_step_keeps_the_original_key(
+    engine: Engine,
+) -> None:
+    keys: list[str] = []
+
+    @engine.step_function("notify")
+    async def notify(payload: Any) -> str:
+        keys.append(current_step().idempotency_key)
+        return "sent"
+
+    @engine.workflow("approval")
+    async def approval(ctx: WorkflowContext, data: Any) -> Any:
+        await ctx.dispatch("notify", "notify", data)
+        return await ctx.wait_for_event("approve")
+
+    engine.queue("approvals")
+    async with engine:
+        original = await engine.start("approval", 1, queue="approvals")
+        for _ in range(200):
+            if (await engine.status(original)).steps.get("approve") is not None:
+                break
+            await asyncio.sleep(0.02)
+        # A running run forks (from its first step: no step failed), on the same queue.
+        fork = await engine.fork(original)
+        again = await engine.fork(original, from_step="notify", keep_idempotency_keys=True)
+        await engine.send_event(fork, "approve", "yes")
+        await engine.send_event(again, "approve", "ok")
+        assert await engine.result(fork, timeout=10) == "yes"
+        assert await engine.result(again, timeout=10) == "ok"
+        assert [(await engine.status(r)).queue for r in (fork, again)] == ["approvals"] * 2
+        assert (await engine.status(original)).status == "running"  # untouched
+        assert (await engine.status(original)).forks == 2
+        # "notify" ran in each: a new key in the first fork, the original's in the second.
+        assert len(keys) == 3 and keys.count(keys[0]) == 2 and len(set(keys)) == 2
+        await engine.cancel(original)
