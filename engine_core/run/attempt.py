@@ -93,18 +93,24 @@ async def _measured(
     kind = "dispatched" if "workflow.function" in attributes else "inline"
     metered = _MeteredSlots(slots)
     outcome = "failed"
+    slots = cast(asyncio.Semaphore, metered)
     try:
-        with attempt_span(traceparent, info.step, attributes) as span:
+        if not tracing_configured():  # as in run_attempt: no span to build
             token = enter_step(info)
             try:
-                result = await _call(
-                    call, cast(asyncio.Semaphore, metered), timeout, info.step, threaded
-                )
-            except Exception as exc:
-                record_failure(span, exc)
-                raise
+                result = await _call(call, slots, timeout, info.step, threaded)
             finally:
                 leave_step(token)
+        else:
+            with attempt_span(traceparent, info.step, attributes) as span:
+                token = enter_step(info)
+                try:
+                    result = await _call(call, slots, timeout, info.step, threaded)
+                except Exception as exc:
+                    record_failure(span, exc)
+                    raise
+                finally:
+                    leave_step(token)
         outcome = "succeeded"
         return result
     finally:
