@@ -65,5 +65,6 @@ async def _rekey_steps(steps: AsyncCollection[Doc]) -> int:
                 await steps.insert_one(copy)
             except DuplicateKeyError:
                 pass  # copied already
-            await steps.delete_one({"_id": doc["_id"]})
+            # By ``_id`` and shard key, like every single-document write.
+            await steps.delete_one({"_id": doc["_id"], "run_id": {"$eq": doc["run_id"]}})
             moved += 1
