@@ -13,7 +13,6 @@ deadlines due, in time order.
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -39,6 +38,7 @@ from pikku_mongo.documents import (
 )
 from pikku_mongo.encoding import from_us, pack, to_us, unpack, unpack_opt
 from pikku_mongo.filters import eq
+from pikku_mongo.op_ids import landed_filter, new_op
 from pikku_mongo.retry import transient_retry
 
 #: What reading a line needs of a run: all an admitter needs to begin its first pass
@@ -238,10 +238,10 @@ class QueueOps(DedupOps):
             "$inc": {"token": 1, "passes": 1},
             "$unset": {"line": ""},
         }
-        update["$set"]["op"] = op = uuid.uuid4().hex
+        op = new_op(update)
 
         async def landed() -> bool:  # sent again after a lost reply: did the first land?
-            return await self.runs.find_one({"_id": query["_id"], "op": eq(op)}) is not None
+            return await self.runs.find_one(landed_filter(query["_id"], op)) is not None
 
         if not await self.run_writes.guarded(query, update, landed):
             return None
@@ -311,7 +311,6 @@ class QueueOps(DedupOps):
             "pending_pass": bool(run.pending_pass),
             "updated_at": to_us(utcnow()),
             f"changed.{inflight_field('*')}": "*",
-            "op": (op := uuid.uuid4().hex),
         }
         to_unset: Doc = {
             name: ""
@@ -332,6 +331,7 @@ class QueueOps(DedupOps):
             "status": {"$in": check_strs(expect, "expected run status")},
         }
         update: Doc = {"$set": to_set, "$unset": to_unset} if to_unset else {"$set": to_set}
+        op = new_op(update)
         if run.dedup_id is not None:
             holder = await self._claim_dedup(fields["dedup"], pack(run.run_id))
             if holder is not None:
@@ -347,7 +347,7 @@ class QueueOps(DedupOps):
             nonlocal tries
             tries += 1
             if tries > 1:
-                mine = await self.runs.find_one({"_id": query["_id"], "op": eq(op)})
+                mine = await self.runs.find_one(landed_filter(pack(run.run_id), op))
                 if mine is not None:
                     return mine
             return await self.runs.find_one_and_update(

@@ -38,6 +38,7 @@ from pikku_mongo.documents import (
 )
 from pikku_mongo.encoding import dump_value, pack, to_us, unpack
 from pikku_mongo.filters import eq
+from pikku_mongo.op_ids import landed_filter, new_op
 from pikku_mongo.retry import surface_oversize, transient_retry
 
 _BY_ID = [("_id", 1)]
@@ -252,8 +253,8 @@ class RunOps(DedupOps):
             "status": check_str(status, "run status"),
             "token": check_int(token, "token"),
         }
-        # Landed, but the run taken over since (a newer pass's begin leaves ``op`` as it
-        # was): the pass is fenced out as if it had not, so it starts no step body for
+        # Landed, but the run taken over since (a newer pass's begin leaves ``ops`` as
+        # they were): the pass is fenced out as if it had not, so it starts no step body for
         # an attempt the newer pass has already counted lost.
         return await self._guarded(query, to_set, to_unset, still=("token",))
 
@@ -262,16 +263,18 @@ class RunOps(DedupOps):
     ) -> bool:
         """A guarded write of the run that knows, when it is sent again after a lost
         reply and finds its guard failed, whether its first try landed: it carries an
-        operation id, and the run keeps the last one written. ``still``: fields of the
-        guard that must hold yet for a landed first try to count."""
-        to_set["op"] = op = uuid.uuid4().hex
-        mine: Doc = {"_id": query["_id"], "op": eq(op), **{f: query[f] for f in still}}
+        operation id, and the run keeps the last few (see :mod:`pikku_mongo.op_ids`).
+        ``still``: fields of the guard that must hold yet for a landed first try to
+        count."""
+        update = _update(to_set, to_unset)
+        op = new_op(update)
+        mine: Doc = {**landed_filter(query["_id"], op), **{f: query[f] for f in still}}
 
         async def landed() -> bool:
             doc = await self.runs.find_one(mine, {"_id": 1})
             return doc is not None
 
-        return await self.run_writes.guarded(query, _update(to_set, to_unset), landed)
+        return await self.run_writes.guarded(query, update, landed)
 
     @surface_oversize
     async def settle_run(
@@ -346,7 +349,6 @@ class RunOps(DedupOps):
             "updated_at": to_us(utcnow()),
             # A stop or a restart: a pass remembering the steps reads them all again.
             f"changed.{inflight_field('*')}": "*",
-            "op": (op := uuid.uuid4().hex),
         }
         if error is not None:
             to_set["error"] = dump_value(error)
@@ -360,13 +362,14 @@ class RunOps(DedupOps):
         _journal_changes(to_set, to_unset, (), forget)
         query = {"_id": _id(run_id), "status": {"$in": check_strs(expect, "expected run status")}}
         update = _update(to_set, to_unset)
+        op = new_op(update)
         tries = 0
 
         async def once() -> Doc | None:
             nonlocal tries
             tries += 1
             if tries > 1:
-                mine = await self.runs.find_one({"_id": query["_id"], "op": eq(op)})
+                mine = await self.runs.find_one(landed_filter(_id(run_id), op))
                 if mine is not None:
                     return mine
             return await self.runs.find_one_and_update(
