@@ -121,3 +121,16 @@ async def test_through_a_router_the_offset_is_the_mongos_clock(initialised: Mong
 
     check = await _clock(initialised, "sharded")
     assert "off the mongos clock" in check.detail
+
+
+def test_every_polling_backoff_is_capped_at_one_second() -> None:
+    """Change streams on a sharded cluster can lag ~10 s behind an idle shard: a wake-up
+    must never wait on them longer than a poll."""
+    from engine_core.fleet import waiters, worker
+    from engine_core.flow import admission
+    from engine_core.schedules import scheduler
+
+    assert worker.IDLE_MAX_S <= 1.0
+    assert waiters.POLL_MAX_S <= 1.0
+    assert admission.POLL_S <= 1.0
+    assert scheduler.REREAD_S <= 1.0
