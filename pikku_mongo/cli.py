@@ -15,6 +15,7 @@
     pikku-mongo prune --older-than 30d
     pikku-mongo init
     pikku-mongo doctor
+    pikku-mongo shard-plan
     pikku-mongo replay-check --app MODULE:ATTR [--workflow W] [--limit N] [--include-ended]
     pikku-mongo ui [--host 127.0.0.1] [--port 8642] [--token T] [--read-only] [--refresh S]
                    [--metrics]
@@ -24,8 +25,10 @@ Every command takes ``--uri URI`` (before or after the command) in place of
 takes ``--json``. Errors are one line on stderr, with exit code 1
 (2 for bad usage). A server that does not answer fails a command within about
 ``SERVER_TIMEOUT_S`` seconds (unless the URI sets ``serverSelectionTimeoutMS`` itself).
-``doctor`` exits 1 when a check fails; ``replay-check`` exits 1 when a stored run
-would diverge on the app's code (see ``pikku_mongo.replay_cli``).
+``shard-plan`` prints the ``shardCollection`` commands for the URI's database (it asks
+no server: the library never shards by itself). ``doctor`` exits 1 when a check fails;
+``replay-check`` exits 1 when a stored run would diverge on the app's code (see
+``pikku_mongo.replay_cli``).
 """
 
 from __future__ import annotations
@@ -57,15 +60,19 @@ from pikku_mongo.cli_text import (
     _workers,
 )
 from pikku_mongo.doctor import diagnose, render
+from pikku_mongo.doctor_shards import shard_plan
 from pikku_mongo.errors import ServerUnreachableError
 from pikku_mongo.replay_cli import add_parser as add_replay_check
 from pikku_mongo.replay_cli import replay_check_command
 from pikku_mongo.server import ensure_reachable, short_reason
-from pikku_mongo.store import MongoStore, _redact
+from pikku_mongo.shard_keys import shard_commands
+from pikku_mongo.store import MongoStore, _database_name, _redact
 
 #: The statuses ``runs list --status`` accepts.
 RUN_STATUSES: tuple[str, ...] = tuple(get_args(RunState))
 
+#: The collection prefix of the stores the CLI opens (``MongoStore``'s default).
+PREFIX = "pikku_"
 NO_URI = "pass --uri or set MONGODB_URI (with a database name in its path)"
 URI_HELP = "the MongoDB URI, with the database in its path (default: MONGODB_URI)"
 #: How long a command waits for a server to answer before it gives up (seconds).
@@ -102,6 +109,14 @@ async def _doctor(uri: str) -> tuple[dict[str, Any], str, int]:
     finally:
         await store.close()
     return report.to_json(), render(report), 0 if report.ok else 1
+
+
+def _shard_plan(uri: str) -> tuple[Any, str]:
+    database = _database_name(uri)
+    if not database:
+        raise ValueError(f"the URI {_redact(uri)!r} names no database: {NO_URI}")
+    commands = list(shard_commands(database, PREFIX))
+    return {"commands": commands}, shard_plan(database, PREFIX)
 
 
 async def _run(args: argparse.Namespace, uri: str) -> Any:
@@ -254,6 +269,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("init", parents=[common], help="create the indexes")
     sub.add_parser("doctor", parents=[common], help="check the server, concerns, indexes and clock")
+    sub.add_parser("shard-plan", parents=[common], help="print the commands that shard the store")
     sub.add_parser("recover", parents=[common], help="run one recovery pass")
     prune = sub.add_parser("prune", parents=[common], help="delete old finished runs")
     prune.add_argument("--older-than", required=True, help="age, such as 30d or 12h")
@@ -392,6 +408,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             data, text, code = asyncio.run(replay_check_command(args))
         elif args.command == "doctor":
             data, text, code = asyncio.run(_doctor(uri))
+        elif args.command == "shard-plan":
+            data, text = _shard_plan(uri)
         else:
             data, text = asyncio.run(_run(args, uri))
     except ServerUnreachableError as exc:

@@ -11,7 +11,10 @@ deserves a look (a standalone server, as in the tests, is one). The checks:
   the server accepts them (one insert and one read on a scratch collection);
 * ``change streams``: whether ``watch()`` delivers an event (a wake-up hint only);
 * ``indexes`` / ``TTL index``: the store's indexes against :mod:`pikku_mongo.indexes`;
-* ``clock``: this host's offset from the server against ``max_clock_skew``.
+* ``clock``: this host's offset from the server (the mongos clock through a router)
+  against ``max_clock_skew``;
+* ``storage format``, ``unique indexes``, ``shard keys``: see
+  :mod:`pikku_mongo.doctor_shards`.
 
 The scratch collection (``<prefix>doctor_<random>``) is dropped afterwards.
 """
@@ -110,7 +113,13 @@ async def diagnose(store: MongoStore, *, change_stream_timeout: float = 3.0) -> 
         await run("change streams", lambda: _change_streams(scratch, change_stream_timeout))
         await run("indexes", lambda: _indexes(store))
         await run("TTL index", lambda: _ttl_index(store))
-        await run("clock", lambda: _clock(store))
+        await run("clock", lambda: _clock(store, topology(reply)))
+        try:
+            from pikku_mongo.doctor_shards import shard_checks  # it imports Check from here
+
+            checks.extend(await shard_checks(store, topology(reply)))
+        except Exception as exc:
+            checks.append(Check("shard keys", "fail", f"could not check: {short_reason(exc)}"))
         try:
             from pikku_mongo.doctor_fleet import fleet_checks  # it imports Check from here
 
@@ -366,15 +375,6 @@ async def _indexes(store: MongoStore) -> Check:
     names = ", ".join(data["missing"])
     if len(missing) == len(expected):
         names = f"all {len(expected)} indexes (the store was never initialised here)"
-    guarantee = any(m.document.get("unique") for _, m in missing)
-    if guarantee:
-        return Check(
-            "indexes",
-            "fail",
-            f"missing {names}; the unique one on {store.runs.name}(dedup) is what keeps "
-            "one live run per dedup id; fix: pikku-mongo init",
-            data,
-        )
     return Check(
         "indexes",
         "warn",
@@ -414,7 +414,7 @@ async def _ttl_index(store: MongoStore) -> Check:
     )
 
 
-async def _clock(store: MongoStore) -> Check:
+async def _clock(store: MongoStore, kind: str = "") -> Check:
     measured = await store.clock_offset()
     bound = store.max_clock_skew
     if measured is None:
@@ -430,9 +430,11 @@ async def _clock(store: MongoStore) -> Check:
         "rtt_s": round(measured.rtt, 6),
         "max_clock_skew_s": bound,
     }
+    # Through a router the offset is the mongos's clock, not any shard's.
+    against = "the mongos clock" if kind == "sharded" else "the server"
     text = (
         f"this host is {measured.offset * 1000:+.1f} ms (± {measured.uncertainty * 1000:.1f} "
-        f"ms) off the server; max_clock_skew {bound:g} s"
+        f"ms) off {against}; max_clock_skew {bound:g} s"
     )
     if measured.beyond(bound):
         return Check(

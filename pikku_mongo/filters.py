@@ -16,10 +16,10 @@ from pikku_mongo.documents import (
     STEP_IDENTITY,
     Doc,
     entry_to_text,
-    step_doc_id,
     step_value,
 )
 from pikku_mongo.encoding import MIN_TIME, pack, to_us
+from pikku_mongo.shard_keys import step_filter
 
 
 def eq(value: Any) -> Doc:
@@ -31,8 +31,9 @@ def eq(value: Any) -> Doc:
 
 
 def step_id(run_id: str, key: str) -> Doc:
-    """The filter of one step document: its ``_id``."""
-    return {"_id": step_doc_id(run_id, key)}
+    """The filter of one step document: its ``_id`` and its shard key (see
+    :mod:`pikku_mongo.shard_keys`)."""
+    return step_filter(run_id, key)
 
 
 def guard_filter(run_id: str, key: str, guard: StepGuard) -> Doc:

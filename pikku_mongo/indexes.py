@@ -40,8 +40,7 @@ RUN_INDEXES = [
     IndexModel([("made", ASCENDING)]),
     # Flow control: each field exists only while it means something (see
     # ``documents.flow_fields``), so sparse indexes hold the live runs only.
-    # At most one live run per (queue, dedup_id).
-    IndexModel([("dedup", ASCENDING)], unique=True, sparse=True),
+    # (No unique index on ``dedup``: it would block sharding; see ``dedup_ops``.)
     # queued_runs: the head of a queue's line.
     IndexModel([("line", ASCENDING)], sparse=True),
     # find_delayed_runs, find_deadlines: what is due, in time order.

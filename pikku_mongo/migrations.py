@@ -12,6 +12,12 @@ Format 2 (pikku-mongo 0.2):
   and removed, and the unique (run_id, key) index that addressed them is dropped;
 * run documents hold their own lease (``lease_us``, free at 0), a ``journal`` and a
   ``changed`` map; older ones get a free lease.
+
+Format 3 (sharding, DESIGN.md 7b): the dedup guarantee moves from the unique sparse
+index on ``runs.dedup`` to the ``dedup`` collection (see
+:mod:`pikku_mongo.dedup_ops`): each live run holding a dedup id gets its claim, then the
+index is dropped. Run it (``pikku-mongo init``) before sharding: MongoDB refuses to shard
+``runs`` while that index exists.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from typing import Any
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import DuplicateKeyError, OperationFailure
 
+from pikku_mongo.dedup_ops import move_dedup_claims
 from pikku_mongo.documents import FORMAT, step_doc_id
 from pikku_mongo.encoding import unpack
 
@@ -33,7 +40,10 @@ _BATCH = 500
 
 
 async def migrate(
-    meta: AsyncCollection[Doc], runs: AsyncCollection[Doc], steps: AsyncCollection[Doc]
+    meta: AsyncCollection[Doc],
+    runs: AsyncCollection[Doc],
+    steps: AsyncCollection[Doc],
+    dedup: AsyncCollection[Doc],
 ) -> None:
     """Migrate to :data:`~pikku_mongo.documents.FORMAT` unless the database is there."""
     stored = await meta.find_one({"_id": _FORMAT_ID})
@@ -46,9 +56,15 @@ async def migrate(
         await steps.drop_index("run_id_1_key_1")
     except OperationFailure:
         pass  # never created here, or dropped by another process
+    claims = await move_dedup_claims(runs, dedup)
     await meta.update_one({"_id": _FORMAT_ID}, {"$set": {"version": FORMAT}}, upsert=True)
-    if moved:
-        log.info("migrated %d step documents to storage format %d", moved, FORMAT)
+    if moved or claims:
+        log.info(
+            "migrated %d step documents and %d dedup claims to storage format %d",
+            moved,
+            claims,
+            FORMAT,
+        )
 
 
 async def _rekey_steps(steps: AsyncCollection[Doc]) -> int:
@@ -65,5 +81,6 @@ async def _rekey_steps(steps: AsyncCollection[Doc]) -> int:
                 await steps.insert_one(copy)
             except DuplicateKeyError:
                 pass  # copied already
-            await steps.delete_one({"_id": doc["_id"]})
+            # By ``_id`` and shard key, like every single-document write.
+            await steps.delete_one({"_id": doc["_id"], "run_id": {"$eq": doc["run_id"]}})
             moved += 1

@@ -13,7 +13,6 @@ deadlines due, in time order.
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -27,9 +26,9 @@ from engine_core.errors import DuplicateRunError
 from engine_core.records import LinePage, QueueState, RunRecord, RunState, utcnow
 from pikku_mongo.batcher import Batcher
 from pikku_mongo.checks import check_datetime, check_int, check_opt_str, check_str, check_strs
+from pikku_mongo.dedup_ops import DedupOps
 from pikku_mongo.documents import (
     Doc,
-    dedup_key,
     flow_fields,
     held_key,
     inflight_field,
@@ -39,8 +38,8 @@ from pikku_mongo.documents import (
 )
 from pikku_mongo.encoding import from_us, pack, to_us, unpack, unpack_opt
 from pikku_mongo.filters import eq
+from pikku_mongo.op_ids import landed_filter, new_op
 from pikku_mongo.retry import transient_retry
-from pikku_mongo.skew import SkewBound
 
 #: What reading a line needs of a run: all an admitter needs to begin its first pass
 #: (a queued run has no journal, steps in flight or output yet).
@@ -93,7 +92,7 @@ def _held_field(run: RunRecord) -> Doc:
     return {"qheld": held_key(check_str(run.queue, "queue name"), run.queue_key)}
 
 
-class QueueOps(SkewBound):
+class QueueOps(DedupOps):
     """The flow-control methods of :class:`~pikku_mongo.MongoStore`."""
 
     runs: AsyncCollection[Doc]
@@ -239,10 +238,10 @@ class QueueOps(SkewBound):
             "$inc": {"token": 1, "passes": 1},
             "$unset": {"line": ""},
         }
-        update["$set"]["op"] = op = uuid.uuid4().hex
+        op = new_op(update)
 
         async def landed() -> bool:  # sent again after a lost reply: did the first land?
-            return await self.runs.find_one({"_id": query["_id"], "op": eq(op)}) is not None
+            return await self.runs.find_one(landed_filter(query["_id"], op)) is not None
 
         if not await self.run_writes.guarded(query, update, landed):
             return None
@@ -298,20 +297,12 @@ class QueueOps(SkewBound):
         released = await asyncio.gather(*(release(run) for run in unique))
         return [run for run in released if run is not None]
 
-    @transient_retry
-    async def dedup_holder(self, queue: str | None, dedup_id: str) -> str | None:
-        """1 find on the ``dedup`` index."""
-        key = dedup_key(queue, check_str(dedup_id, "dedup_id"))
-        holder = await self.runs.find_one({"dedup": eq(key)}, {"_id": 1})
-        return unpack(holder["_id"]) if holder is not None else None
-
     async def reenter_run(
         self, run: RunRecord, *, expect: Sequence[RunState], forget: Iterable[str] = ()
     ) -> RunRecord | None:
-        """1 findAndModify, guarded by status; the unique ``dedup`` index refuses it
-        while another live run holds the dedup id (then 1 or 2 finds name that run, or
-        tell a failed guard from a freed id). Sent
-        again after a lost reply, it first looks for its operation id, as
+        """With a dedup id, its claim first (see :mod:`pikku_mongo.dedup_ops`): while
+        another live run holds it, nothing is written. Then 1 findAndModify, guarded by
+        status. Sent again after a lost reply, it first looks for its operation id, as
         ``set_run_status`` does."""
         fields = flow_fields(run)
         to_set: Doc = {
@@ -320,7 +311,6 @@ class QueueOps(SkewBound):
             "pending_pass": bool(run.pending_pass),
             "updated_at": to_us(utcnow()),
             f"changed.{inflight_field('*')}": "*",
-            "op": (op := uuid.uuid4().hex),
         }
         to_unset: Doc = {
             name: ""
@@ -341,44 +331,31 @@ class QueueOps(SkewBound):
             "status": {"$in": check_strs(expect, "expected run status")},
         }
         update: Doc = {"$set": to_set, "$unset": to_unset} if to_unset else {"$set": to_set}
+        op = new_op(update)
+        if run.dedup_id is not None:
+            holder = await self._claim_dedup(fields["dedup"], pack(run.run_id))
+            if holder is not None:
+                raise DuplicateRunError(
+                    f"run {holder!r} holds dedup id {run.dedup_id!r}"
+                    + (f" on queue {run.queue!r}" if run.queue else "")
+                    + f" and has not ended, so run {run.run_id!r} cannot take it again",
+                    run_id=holder,
+                )
         tries = 0
 
         async def once() -> Doc | None:
             nonlocal tries
             tries += 1
             if tries > 1:
-                mine = await self.runs.find_one({"_id": query["_id"], "op": eq(op)})
+                mine = await self.runs.find_one(landed_filter(pack(run.run_id), op))
                 if mine is not None:
                     return mine
             return await self.runs.find_one_and_update(
                 query, update, return_document=ReturnDocument.AFTER
             )
 
-        while True:
-            try:
-                doc = await transient_retry(once)()
-            except DuplicateKeyError:
-                doc = None
-            if doc is not None:
-                return run_from_doc(doc)
-            if run.dedup_id is None:
-                return None
-            # Refused by the unique index: MongoDB says so, nx-27017's findAndModify
-            # answers "no document" and writes nothing. Either way, name the holder.
-            holder = await self.dedup_holder(run.queue, run.dedup_id)
-            if holder is None:
-                current = await self.runs.find_one({"_id": query["_id"]}, {"status": 1})
-                if current is not None and current.get("status") in expect:
-                    continue  # the id was freed between the commands: try again
-                return None
-            if holder == run.run_id:
-                return None  # another re-entry of this run landed first
-            raise DuplicateRunError(
-                f"run {holder!r} holds dedup id {run.dedup_id!r}"
-                + (f" on queue {run.queue!r}" if run.queue else "")
-                + f" and has not ended, so run {run.run_id!r} cannot take it again",
-                run_id=holder,
-            )
+        doc = await transient_retry(once)()
+        return run_from_doc(doc) if doc is not None else None
 
     @transient_retry
     async def find_deadlines(self, before: datetime, limit: int) -> list[RunRecord]:

@@ -27,6 +27,7 @@ from pikku_mongo.checks import (
     check_str,
     check_strs,
 )
+from pikku_mongo.dedup_ops import DedupOps
 from pikku_mongo.documents import (
     ENDED_UNSET,
     inflight_entry,
@@ -37,8 +38,8 @@ from pikku_mongo.documents import (
 )
 from pikku_mongo.encoding import dump_value, pack, to_us, unpack
 from pikku_mongo.filters import eq
+from pikku_mongo.op_ids import landed_filter, new_op
 from pikku_mongo.retry import surface_oversize, transient_retry
-from pikku_mongo.skew import SkewBound
 
 _BY_ID = [("_id", 1)]
 #: Least recently updated first. Not tie-broken by ``_id``: that would defeat the
@@ -70,7 +71,7 @@ def _update(to_set: Doc, to_unset: Doc) -> Doc:
     return update
 
 
-class RunOps(SkewBound):
+class RunOps(DedupOps):
     """The run methods of :class:`~pikku_mongo.MongoStore`."""
 
     runs: AsyncCollection[Doc]
@@ -82,26 +83,33 @@ class RunOps(SkewBound):
 
     @transient_retry
     async def insert_run(self, run: RunRecord) -> RunRecord | None:
-        """1 insert (group-committed); on a duplicate id, 1 find. The document carries an
-        insert id, so an insert repeated after a lost reply knows it was its own."""
+        """1 insert (group-committed); on a duplicate id, 1 find. With a dedup id, the
+        claim first (1 insert when free; see :mod:`pikku_mongo.dedup_ops`). The document
+        carries an insert id, so an insert repeated after a lost reply knows it was its
+        own."""
         doc = run_to_doc(run)
         doc["ins"] = nonce = uuid.uuid4().hex
+        if "dedup" in doc:
+            holder = await self._claim_dedup(doc["dedup"], doc["_id"])
+            if holder is not None:
+                raise DuplicateRunError(
+                    f"run {holder!r} holds dedup id {run.dedup_id!r}"
+                    + (f" on queue {run.queue!r}" if run.queue else "")
+                    + " and has not ended",
+                    run_id=holder,
+                )
         while True:
             if await self.run_writes.insert(doc):
                 return None
             existing = await self.runs.find_one({"_id": doc["_id"]})
             if existing is not None:
-                return None if existing.get("ins") == nonce else run_from_doc(existing)
-            if "dedup" in doc:
-                holder = await self.runs.find_one({"dedup": eq(doc["dedup"])}, {"_id": 1})
-                if holder is not None:
-                    raise DuplicateRunError(
-                        f"run {unpack(holder['_id'])!r} holds dedup id {run.dedup_id!r}"
-                        + (f" on queue {run.queue!r}" if run.queue else "")
-                        + " and has not ended",
-                        run_id=unpack(holder["_id"]),
-                    )
-            # Deleted (or its dedup id freed) between the commands: insert again.
+                if existing.get("ins") == nonce:
+                    return None
+                if "dedup" in doc and existing.get("dedup") != doc["dedup"]:
+                    # The id was taken by a run that does not hold this dedup id.
+                    await self._release_dedup(doc["dedup"], doc["_id"])
+                return run_from_doc(existing)
+            # Deleted between the commands: insert again.
 
     @transient_retry
     async def get_run(self, run_id: str) -> RunRecord | None:
@@ -245,8 +253,8 @@ class RunOps(SkewBound):
             "status": check_str(status, "run status"),
             "token": check_int(token, "token"),
         }
-        # Landed, but the run taken over since (a newer pass's begin leaves ``op`` as it
-        # was): the pass is fenced out as if it had not, so it starts no step body for
+        # Landed, but the run taken over since (a newer pass's begin leaves ``ops`` as
+        # they were): the pass is fenced out as if it had not, so it starts no step body for
         # an attempt the newer pass has already counted lost.
         return await self._guarded(query, to_set, to_unset, still=("token",))
 
@@ -255,16 +263,18 @@ class RunOps(SkewBound):
     ) -> bool:
         """A guarded write of the run that knows, when it is sent again after a lost
         reply and finds its guard failed, whether its first try landed: it carries an
-        operation id, and the run keeps the last one written. ``still``: fields of the
-        guard that must hold yet for a landed first try to count."""
-        to_set["op"] = op = uuid.uuid4().hex
-        mine: Doc = {"_id": query["_id"], "op": eq(op), **{f: query[f] for f in still}}
+        operation id, and the run keeps the last few (see :mod:`pikku_mongo.op_ids`).
+        ``still``: fields of the guard that must hold yet for a landed first try to
+        count."""
+        update = _update(to_set, to_unset)
+        op = new_op(update)
+        mine: Doc = {**landed_filter(query["_id"], op), **{f: query[f] for f in still}}
 
         async def landed() -> bool:
             doc = await self.runs.find_one(mine, {"_id": 1})
             return doc is not None
 
-        return await self.run_writes.guarded(query, _update(to_set, to_unset), landed)
+        return await self.run_writes.guarded(query, update, landed)
 
     @surface_oversize
     async def settle_run(
@@ -339,7 +349,6 @@ class RunOps(SkewBound):
             "updated_at": to_us(utcnow()),
             # A stop or a restart: a pass remembering the steps reads them all again.
             f"changed.{inflight_field('*')}": "*",
-            "op": (op := uuid.uuid4().hex),
         }
         if error is not None:
             to_set["error"] = dump_value(error)
@@ -353,13 +362,14 @@ class RunOps(SkewBound):
         _journal_changes(to_set, to_unset, (), forget)
         query = {"_id": _id(run_id), "status": {"$in": check_strs(expect, "expected run status")}}
         update = _update(to_set, to_unset)
+        op = new_op(update)
         tries = 0
 
         async def once() -> Doc | None:
             nonlocal tries
             tries += 1
             if tries > 1:
-                mine = await self.runs.find_one({"_id": query["_id"], "op": eq(op)})
+                mine = await self.runs.find_one(landed_filter(_id(run_id), op))
                 if mine is not None:
                     return mine
             return await self.runs.find_one_and_update(
@@ -417,7 +427,8 @@ class RunOps(SkewBound):
     @transient_retry
     async def delete_runs(self, *, finished_before: datetime, limit: int) -> int:
         """1 find per terminal status (the least recently updated first); when it finds
-        runs, 1 bulk delete of their steps, 1 of their events, then 1 delete of the runs
+        runs, 1 bulk delete of their steps, 1 of their events, 1 of their dedup claims,
+        then 1 delete of the runs
         (so a crash in between leaves the run to be found again, never orphans)."""
         if check_int(limit, "limit") <= 0:
             return 0
@@ -435,6 +446,7 @@ class RunOps(SkewBound):
         by_run = [DeleteMany({"run_id": eq(run_id)}) for run_id in ids]
         await self.steps.bulk_write(by_run, ordered=False)
         await self.events.bulk_write(by_run, ordered=False)
+        await self.dedup.delete_many({"run_id": {"$in": ids}})
         result = await self.runs.delete_many(
             {"_id": {"$in": ids}, "status": {"$in": sorted(TERMINAL)}, "updated_at": cutoff}
         )

@@ -83,7 +83,10 @@ class StepOps(SkewBound):
         if not ids:
             return []
         return [
-            step_from_doc(doc) for doc in await self.steps.find({"_id": {"$in": ids}}).to_list()
+            step_from_doc(doc)
+            for doc in await self.steps.find(
+                {"_id": {"$in": ids}, "run_id": eq(pack(run_id))}
+            ).to_list()
         ]
 
     @surface_oversize
@@ -94,10 +97,9 @@ class StepOps(SkewBound):
         writes = []
         for step in steps:
             doc = step_to_doc(step)
-            guard = {
-                "_id": doc.pop("_id"),
-                "attempts": {"$lte": check_int(step.attempts, "attempts")},
-            }
+            doc.pop("_id")
+            guard = step_id(step.run_id, step.key)
+            guard["attempts"] = {"$lte": check_int(step.attempts, "attempts")}
             writes.append(self.step_writes.upsert(guard, {"$set": doc}))
         await asyncio.gather(*writes)
 
@@ -110,7 +112,9 @@ class StepOps(SkewBound):
         doc["ins"] = nonce = uuid.uuid4().hex
 
         async def confirm() -> bool:
-            return await self._matches({"_id": doc["_id"], "ins": nonce})
+            return await self._matches(
+                {"_id": doc["_id"], "run_id": eq(doc["run_id"]), "ins": nonce}
+            )
 
         return await self.step_writes.insert(doc, confirm)
 
@@ -137,7 +141,7 @@ class StepOps(SkewBound):
         if entry is not None:
 
             async def confirm() -> bool:
-                return await self._has_entry(query["_id"], entry)
+                return await self._has_entry(query, entry)
 
         return await self.step_writes.guarded(query, update, confirm)
 
@@ -146,8 +150,9 @@ class StepOps(SkewBound):
         return await self.steps.find_one(query, {"_id": 1}) is not None
 
     @transient_retry
-    async def _has_entry(self, doc_id: str, entry: AttemptEntry) -> bool:
-        doc = await self.steps.find_one({"_id": doc_id}, {"history": 1})
+    async def _has_entry(self, query: Doc, entry: AttemptEntry) -> bool:
+        where = {"_id": query["_id"], "run_id": query["run_id"]}
+        doc = await self.steps.find_one(where, {"history": 1})
         history = cast(list[str], (doc or {}).get("history") or [])
         return any(entry_from_text(item) == entry for item in history)
 
@@ -193,13 +198,15 @@ class StepOps(SkewBound):
             attempts = int(doc.get("attempts", 0))
             guard = {
                 "_id": doc["_id"],
+                "run_id": eq(doc["run_id"]),
                 "status": eq("scheduled"),
                 "attempts": eq(attempts),
                 "halted": eq(False),
             }
 
             async def confirm() -> bool:
-                mine = {"_id": doc["_id"], "claim_holder": eq(who), "attempts": eq(attempts + 1)}
+                mine = {**guard, "claim_holder": eq(who), "attempts": eq(attempts + 1)}
+                del mine["status"], mine["halted"]
                 return await self._matches(mine)
 
             landed = await self.step_writes.guarded(

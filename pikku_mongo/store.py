@@ -17,6 +17,8 @@ Collections (``prefix`` + name):
 * ``meta``: the storage format version (see :mod:`pikku_mongo.migrations`).
 * ``forks``: ``_id`` = a fork's run id, while the fork is being made (its steps
   written, its run not yet): see :mod:`pikku_mongo.fork_ops`.
+* ``dedup``: ``_id`` = a (queue, dedup id) key; the run holding it (see
+  :mod:`pikku_mongo.dedup_ops`).
 * ``queues``: ``_id`` = queue name; each queue's admission state, replaced by
   compare-and-set on its version. See :mod:`pikku_mongo.queue_ops`.
 
@@ -160,10 +162,12 @@ class MongoStore(
         self.workers = self._collection("workers")
         self.queue_limits = self._collection("queue_limits")
         self.forks = self._collection("forks")
+        self.dedup = self._collection("dedup")
         # Group commit, one queue per collection written on the hot path. A document a
         # guarded upsert created has none of the fields every real document has.
         self.run_writes = Batcher(self.runs, {"workflow": {"$exists": False}})
         self.step_writes = Batcher(self.steps, {"fmt": {"$exists": False}})
+        self.dedup_writes = Batcher(self.dedup, {"run_id": {"$exists": False}})
 
     @classmethod
     def from_uri(
@@ -235,11 +239,11 @@ class MongoStore(
     @transient_retry
     async def _prepare(self) -> None:
         # Migrations must know their writes landed, whatever the store's write concern.
-        meta, runs, steps = (
+        meta, runs, steps, dedup = (
             c if c.write_concern.acknowledged else c.with_options(write_concern=WriteConcern())
-            for c in (self.meta, self.runs, self.steps)
+            for c in (self.meta, self.runs, self.steps, self.dedup)
         )
-        await migrate(meta, runs, steps)
+        await migrate(meta, runs, steps, dedup)
         await backfill_made(meta, runs)
         created = await create_indexes(
             self.runs, self.steps, self.events, self.leases, ttl=not self._ttl_refused

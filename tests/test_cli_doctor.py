@@ -112,13 +112,14 @@ def doctor_uri(nx_uri: str) -> str:
     return with_database(nx_uri, f"doc_{uuid.uuid4().hex[:10]}")
 
 
-def test_doctor_on_a_fresh_database_fails_on_the_missing_indexes(doctor_uri: str) -> None:
+def test_doctor_on_a_fresh_database_fails_on_the_storage_format(doctor_uri: str) -> None:
     done, _ = cli(doctor_uri, "doctor")
     assert done.returncode == 1, done.stderr
     table = {line.split()[0]: line for line in done.stdout.splitlines()[2:] if line.strip()}
-    assert "FAIL" in table["indexes"] and "pikku-mongo init" in table["indexes"]
+    assert "FAIL" in table["storage"] and "pikku-mongo init" in table["storage"]
+    assert "warn" in table["indexes"] and "pikku-mongo init" in table["indexes"]
     assert "warn" in table["TTL"]
-    assert done.stdout.rstrip().endswith("1 failure(s), 2 warning(s)")
+    assert done.stdout.rstrip().endswith("1 failure(s), 3 warning(s)")
 
 
 def test_doctor_after_init(doctor_uri: str, nx_uri: str) -> None:
@@ -139,6 +140,9 @@ def test_doctor_after_init(doctor_uri: str, nx_uri: str) -> None:
         "indexes": "ok",
         "TTL index": "ok",
         "clock": "ok",
+        "storage format": "ok",
+        "unique indexes": "ok",
+        "shard keys": "ok",
         "workers": "ok",
         "stranded runs": "ok",
     }

@@ -1,4 +1,9 @@
-"""The store conformance suite on MongoStore, against both wire servers."""
+"""The store conformance suite on MongoStore, against both wire servers.
+
+Every command of the run goes through a :class:`~pikku_mongo.shard_keys.ShardKeyListener`:
+a single-document write or upsert on a sharded collection whose filter does not carry
+the collection's shard key fails the test that sent it (DESIGN.md 7b: no sharded server
+runs here, so this is what keeps the store servable by one)."""
 
 from __future__ import annotations
 
@@ -8,20 +13,28 @@ import pytest
 
 from engine_core.testing import StoreConformance
 from pikku_mongo import MongoStore
+from pikku_mongo.shard_keys import ShardKeyListener
 from tests.conftest import mongo_store
+
+
+async def _checked(uri: str) -> AsyncIterator[MongoStore]:
+    listener = ShardKeyListener()
+    made = await mongo_store(uri, event_listeners=[listener])
+    yield made
+    await made.close()
+    assert listener.checked > 0
+    assert listener.violations == [], "\n".join(listener.violations)
 
 
 class TestMongoStoreOnNx(StoreConformance):
     @pytest.fixture
     async def store(self, nx_uri: str) -> AsyncIterator[MongoStore]:
-        made = await mongo_store(nx_uri)
-        yield made
-        await made.close()
+        async for made in _checked(nx_uri):
+            yield made
 
 
 class TestMongoStoreOnMongoeco(StoreConformance):
     @pytest.fixture
     async def store(self, mongoeco_uri: str) -> AsyncIterator[MongoStore]:
-        made = await mongo_store(mongoeco_uri)
-        yield made
-        await made.close()
+        async for made in _checked(mongoeco_uri):
+            yield made

@@ -11,6 +11,7 @@ from pymongo import monitoring
 
 from engine_core import Engine, WorkflowContext
 from pikku_mongo import MongoStore
+from pikku_mongo.shard_keys import ShardKeyListener
 from tests.conftest import with_database
 
 N = 40
@@ -38,8 +39,9 @@ class StepReads(monitoring.CommandListener):
 async def test_n_remote_dispatches_read_o_n_step_documents(nx_uri: str) -> None:
     uri = with_database(nx_uri, f"dr_{uuid.uuid4().hex[:10]}")
     reads = StepReads()
-    orchestrator_store = MongoStore.from_uri(uri, event_listeners=[reads])
-    worker_store = MongoStore.from_uri(uri)
+    shard_keys = ShardKeyListener()  # claims and job writes of a real fleet carry theirs
+    orchestrator_store = MongoStore.from_uri(uri, event_listeners=[reads, shard_keys])
+    worker_store = MongoStore.from_uri(uri, event_listeners=[shard_keys])
     orchestrator = Engine(orchestrator_store)  # runs the workflow, not the step function
     worker = Engine(worker_store)  # runs the step function only
 
@@ -61,6 +63,7 @@ async def test_n_remote_dispatches_read_o_n_step_documents(nx_uri: str) -> None:
         read = reads.documents - before
     print(f"{N} dispatches: {read} step documents read")
     assert read <= 3 * N  # a full replay per dispatch would read about N * N / 2
+    assert shard_keys.checked > 0 and shard_keys.violations == []
     await orchestrator_store.database.client.drop_database(orchestrator_store.database.name)
     await orchestrator_store.close()
     await worker_store.close()

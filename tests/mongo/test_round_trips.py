@@ -14,6 +14,7 @@ from pymongo import monitoring
 
 from engine_core import Engine, WorkflowContext
 from pikku_mongo import MongoStore
+from pikku_mongo.shard_keys import ShardKeyListener
 from tests.conftest import with_database
 
 
@@ -42,8 +43,10 @@ async def noop() -> None:
 @pytest.mark.parametrize("steps", [1, 10, 100])
 async def test_inline_steps_cost_one_command_each(nx_uri: str, steps: int) -> None:
     listener = RunCommands()
+    shard_keys = ShardKeyListener()
     store = MongoStore.from_uri(
-        with_database(nx_uri, f"rt_{uuid.uuid4().hex[:10]}"), event_listeners=[listener]
+        with_database(nx_uri, f"rt_{uuid.uuid4().hex[:10]}"),
+        event_listeners=[listener, shard_keys],
     )
     engine = Engine(store)
 
@@ -70,3 +73,5 @@ async def test_inline_steps_cost_one_command_each(nx_uri: str, steps: int) -> No
     assert used.count("update") == steps + 1 + steps // 64
     assert used.count("find") == 1
     await store.close()
+    # The journal copies (bulks of guarded upserts) name each step's shard key too.
+    assert shard_keys.violations == []
