@@ -85,7 +85,7 @@ def plan_units(sizes: Sizes, workloads: list[str], systems: list[str]) -> int:
     reps = sizes.reps
     units = 0
     if "mongo" in systems:
-        units += 2 * reps + 1  # raw rates, profile
+        units += 4 * reps + 2  # raw rates, floor, run document sizes, profile
     for w in workloads:
         if w in ("W1", "W2", "W3", "W4"):
             units += reps * (len(systems) + (w == "W1" and "mongo" in systems))
@@ -195,6 +195,34 @@ class Suite:
                 self._failed(f"raw find_one_and_update ({label})", exc)
                 continue
             self.results.raw.append(summarise("raw", "mongo", label, reps))
+
+    async def floor(self) -> None:
+        """The floor (see :mod:`benchmarks.floor`), and the run document's size along
+        one W3-sized run."""
+        from benchmarks import floor
+
+        assert self.uri is not None
+        uri, ops = self.uri, self.z.raw_ops
+        parts: list[tuple[str, Callable[[], Awaitable[Measurement]]]] = [
+            ("1 at a time", lambda: floor.floor_sequential(uri, ops)),
+            (f"bulks of {floor.BULK}", lambda: floor.floor_bulk(uri, ops)),
+        ]
+        for label, fn in parts:
+            try:
+                reps = await self.repeat(f"floor ({label})", fn)
+            except Exception as exc:
+                self._failed(f"floor ({label})", exc)
+                continue
+            self.results.floor.append(summarise("floor", "mongo", label, reps))
+        self.progress.stage("run document size along W3")
+        try:
+            sized = await floor.run_document_sizes(uri, self.z.w3_steps)
+        except Exception as exc:
+            self._failed("run document size", exc)
+            return
+        finally:
+            self.progress.step()
+        self.results.floor.append(summarise("docsize", "mongo", "", [sized]))
 
     async def ours_inline(self, workload: str, kind: StoreKind) -> None:
         z, uri = self.z, self.uri if kind == "mongo" else None
@@ -379,6 +407,7 @@ class Suite:
         mongo = "mongo" in self.systems and self.uri is not None
         if mongo:
             await self.raw_rates()
+            await self.floor()
         for workload in self.workloads:
             if workload in ("W1", "W2", "W3", "W4"):
                 if "memory" in self.systems:
