@@ -17,7 +17,7 @@ import contextlib
 import os
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,8 +28,10 @@ from benchmarks.common import (
     INLINE_WF,
     CommandCounter,
     Measurement,
+    Summary,
     drop_database,
     fresh_db_name,
+    summarise,
     with_database,
 )
 
@@ -218,6 +220,32 @@ async def run_document_sizes(base_uri: str, steps: int, every: int = 10) -> Meas
         extra["written_first"] = (written[tenth] - written[1]) / (tenth - 1)
         extra["written_last"] = (written[-1] - written[-tenth]) / (tenth - 1)
     return Measurement(seconds, steps, {}, extra)
+
+
+async def floor_section(
+    uri: str,
+    ops: int,
+    steps: int,
+    repeat: Callable[[str, Callable[[], Awaitable[Measurement]]], Awaitable[list[Measurement]]],
+    failed: Callable[[str, BaseException], None],
+) -> list[Summary]:
+    """The suite's floor: each floor ``repeat``ed, then the run document's size along a
+    run of ``steps`` (a failure is reported to ``failed`` and skipped)."""
+    out: list[Summary] = []
+    parts: list[tuple[str, Callable[[], Awaitable[Measurement]]]] = [
+        ("1 at a time", lambda: floor_sequential(uri, ops)),
+        (f"bulks of {BULK}", lambda: floor_bulk(uri, ops)),
+    ]
+    for label, fn in parts:
+        try:
+            out.append(summarise("floor", "mongo", label, await repeat(f"floor ({label})", fn)))
+        except Exception as exc:
+            failed(f"floor ({label})", exc)
+    try:
+        out.append(summarise("docsize", "mongo", "", [await run_document_sizes(uri, steps)]))
+    except Exception as exc:
+        failed("run document size", exc)
+    return out
 
 
 if __name__ == "__main__":  # pragma: no cover - a manual check

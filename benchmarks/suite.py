@@ -197,32 +197,14 @@ class Suite:
             self.results.raw.append(summarise("raw", "mongo", label, reps))
 
     async def floor(self) -> None:
-        """The floor (see :mod:`benchmarks.floor`), and the run document's size along
-        one W3-sized run."""
-        from benchmarks import floor
+        """The floor and the run document's size along a W3 run (:mod:`benchmarks.floor`)."""
+        from benchmarks.floor import floor_section
 
         assert self.uri is not None
-        uri, ops = self.uri, self.z.raw_ops
-        parts: list[tuple[str, Callable[[], Awaitable[Measurement]]]] = [
-            ("1 at a time", lambda: floor.floor_sequential(uri, ops)),
-            (f"bulks of {floor.BULK}", lambda: floor.floor_bulk(uri, ops)),
-        ]
-        for label, fn in parts:
-            try:
-                reps = await self.repeat(f"floor ({label})", fn)
-            except Exception as exc:
-                self._failed(f"floor ({label})", exc)
-                continue
-            self.results.floor.append(summarise("floor", "mongo", label, reps))
-        self.progress.stage("run document size along W3")
-        try:
-            sized = await floor.run_document_sizes(uri, self.z.w3_steps)
-        except Exception as exc:
-            self._failed("run document size", exc)
-            return
-        finally:
-            self.progress.step()
-        self.results.floor.append(summarise("docsize", "mongo", "", [sized]))
+        self.results.floor += await floor_section(
+            self.uri, self.z.raw_ops, self.z.w3_steps, self.repeat, self._failed
+        )
+        self.progress.step()
 
     async def ours_inline(self, workload: str, kind: StoreKind) -> None:
         z, uri = self.z, self.uri if kind == "mongo" else None

@@ -27,6 +27,7 @@ that were never written; :func:`step_from_doc` reads a missing field as the
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from dataclasses import fields
@@ -79,8 +80,10 @@ _ID_SEPARATOR = "\x01\x03"
 FORMAT = 2
 
 
+@functools.lru_cache(maxsize=4096)
 def inflight_field(key: str) -> str:
-    """The field name under ``inflight`` for step ``key``: a digest, never user text."""
+    """The field name under ``inflight`` for step ``key``: a digest, never user text.
+    (Cached: a step's field is named by the write that starts it and by the next.)"""
     digest = hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=16)
     return "k" + digest.hexdigest()
 
@@ -318,16 +321,32 @@ def step_doc_id(run_id: str, key: str) -> str:
     return pack(check_str(run_id, "run id")) + _ID_SEPARATOR + pack(check_str(key, "step key"))
 
 
+#: StepRecord fields stored as they are (everything not encoded by :func:`step_value`).
+_STEP_PLAIN = tuple(
+    f.name
+    for f in fields(StepRecord)
+    if f.name not in STEP_IDENTITY | _STEP_JSON_FIELDS | _STEP_TIME_FIELDS | _STEP_PACKED_FIELDS
+    and f.name != "history"
+)
+#: The other StepRecord fields, in declaration order (a document's field order).
+_STEP_ENCODED = tuple(
+    f.name for f in fields(StepRecord) if f.name not in STEP_IDENTITY and f.name not in _STEP_PLAIN
+)
+
+
 def step_to_doc(step: StepRecord) -> Doc:
+    """A step record's document (the journal copies 64 at a time: kept cheap)."""
+    values = step.__dict__
     doc: Doc = {
         "_id": step_doc_id(step.run_id, step.key),
         "fmt": FORMAT,
         "run_id": pack(check_str(step.run_id, "run id")),
         "key": pack(check_str(step.key, "step key")),
     }
-    for f in fields(StepRecord):
-        if f.name not in STEP_IDENTITY:
-            doc[f.name] = step_value(f.name, getattr(step, f.name))
+    for name in _STEP_PLAIN:
+        doc[name] = values[name]
+    for name in _STEP_ENCODED:
+        doc[name] = step_value(name, values[name])
     return doc
 
 

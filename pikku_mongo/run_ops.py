@@ -7,6 +7,8 @@ the outcome of the one before into the run's journal), sent through the group co
 
 from __future__ import annotations
 
+import itertools
+import os
 import uuid
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
@@ -45,6 +47,21 @@ _BY_ID = [("_id", 1)]
 #: ([pending_pass,] status, updated_at) indexes (and a compound index naming ``_id``
 #: breaks nx-27017); the order among equal times promises nothing.
 _LEAST_RECENT = [("updated_at", 1)]
+
+
+#: Operation ids: this process's random prefix and a count, unique like a UUID per
+#: write without drawing random bytes for every step (a forked child draws its own).
+_OP_PREFIX = uuid.uuid4().hex[:20]
+_OP_COUNT = itertools.count(1)
+
+
+def _new_op_prefix() -> None:
+    global _OP_PREFIX, _OP_COUNT
+    _OP_PREFIX, _OP_COUNT = uuid.uuid4().hex[:20], itertools.count(1)
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows
+    os.register_at_fork(after_in_child=_new_op_prefix)
 
 
 def _id(run_id: str) -> str:
@@ -257,7 +274,7 @@ class RunOps(SkewBound):
         reply and finds its guard failed, whether its first try landed: it carries an
         operation id, and the run keeps the last one written. ``still``: fields of the
         guard that must hold yet for a landed first try to count."""
-        to_set["op"] = op = uuid.uuid4().hex
+        to_set["op"] = op = f"{_OP_PREFIX}{next(_OP_COUNT):x}"
         mine: Doc = {"_id": query["_id"], "op": eq(op), **{f: query[f] for f in still}}
 
         async def landed() -> bool:
