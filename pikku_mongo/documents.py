@@ -59,6 +59,7 @@ from pikku_mongo.encoding import (
     unpack,
     unpack_opt,
 )
+from pikku_mongo.journal_text import step_from_text, step_to_text
 
 Doc = dict[str, Any]
 
@@ -351,7 +352,6 @@ def step_to_doc(step: StepRecord) -> Doc:
 
 
 _STEP_DEFAULTS = StepRecord(run_id="", key="", kind="inline", status="pending")
-_DEFAULT_VALUES: dict[str, Any] = dict(_STEP_DEFAULTS.__dict__)
 
 
 def step_from_doc(doc: Doc) -> StepRecord:
@@ -389,62 +389,8 @@ def step_from_doc(doc: Doc) -> StepRecord:
     )
 
 
-# ---- the run's journal: whole step records as JSON text ---------------------------
-
-
-def _entry_dict(entry: AttemptEntry) -> Doc:
-    return {
-        "attempt": entry.attempt,
-        "status": entry.status,
-        "at": to_us(entry.at),
-        "started_at": opt_to_us(entry.started_at),
-        "error": entry.error,
-    }
-
-
-def _entry_of(data: Doc) -> AttemptEntry:
-    return AttemptEntry(
-        attempt=int(data["attempt"]),
-        status=cast(StepState, data["status"]),
-        at=from_us(data["at"]),
-        started_at=opt_from_us(data.get("started_at")),
-        error=data.get("error"),
-    )
-
-
-def step_to_text(step: StepRecord) -> str:
-    """A whole step record as JSON text, as the run's journal holds it: the fields that
-    differ from their defaults only (the run id is the run's), times in microseconds.
-    Written for every step, so it is kept cheap."""
-    data: Doc = {"key": step.key}
-    for name, value in step.__dict__.items():
-        if name in _TEXT_SKIPPED or value == _DEFAULT_VALUES[name]:
-            continue
-        if name in _STEP_TIME_FIELDS:
-            value = to_us(value)
-        elif name == "history":
-            value = [_entry_dict(e) for e in value]
-        data[name] = value
-    return dump_value(data)
-
-
-_TEXT_SKIPPED = frozenset({"run_id", "key"})
-
-
-def step_from_text(run_id: str, text: Any) -> StepRecord:
-    data = cast(Doc, json.loads(cast(str, text)))
-    values: Doc = {}
-    for name, value in data.items():
-        if name in _STEP_TIME_FIELDS:
-            values[name] = opt_from_us(value)
-        elif name == "history":
-            values[name] = [_entry_of(e) for e in value]
-        elif name in STEP_FIELDS:
-            values[name] = value
-    values["run_id"] = run_id
-    values.setdefault("kind", "inline")
-    values.setdefault("status", "pending")
-    return StepRecord(**values)
+# ---- the run's journal: whole step records as compact JSON text --------------------
+# (see ``pikku_mongo.journal_text``)
 
 
 # ---- events and leases --------------------------------------------------------------

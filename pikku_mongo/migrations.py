@@ -12,6 +12,11 @@ Format 2 (pikku-mongo 0.2):
   and removed, and the unique (run_id, key) index that addressed them is dropped;
 * run documents hold their own lease (``lease_us``, free at 0), a ``journal`` and a
   ``changed`` map; older ones get a free lease.
+
+Within format 2, the journal's outcomes are written as compact text
+(:mod:`pikku_mongo.journal_text`, ``{"v":2,...}``); the long form written before is read
+as it is, so nothing is rewritten. A process of an earlier version cannot read the
+compact form: upgrade every process of a fleet before it drives runs again.
 """
 
 from __future__ import annotations
