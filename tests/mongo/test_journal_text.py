@@ -26,9 +26,7 @@ def _steps() -> list[StepRecord]:
             updated_at=NOW,
             ended_at=NOW,
             retry_delay=0.0,
-            history=[
-                AttemptEntry(1, "succeeded", NOW, started_at=NOW - timedelta(microseconds=6))
-            ],
+            history=[AttemptEntry(1, "succeeded", NOW, started_at=NOW - timedelta(microseconds=6))],
             order=58,
             ran=ran,
             result={"$set": [1, "two", None], "a.b": 3.5},
