@@ -16,6 +16,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal
 
+import bson
 from pymongo import AsyncMongoClient, monitoring
 
 from engine_core import Engine, Store, WorkflowContext
@@ -160,15 +161,23 @@ def summarise(
 
 # ---- counting MongoDB commands ------------------------------------------------------
 
+#: Commands whose bytes :class:`CommandCounter` sums.
+_WRITES = frozenset({"insert", "update", "delete", "findAndModify"})
+
 
 class CommandCounter(monitoring.CommandListener):
-    """Counts the commands a client sends, by name (pymongo's command monitoring)."""
+    """Counts the commands a client sends, by name (pymongo's command monitoring), and
+    the BSON bytes of their write commands (``bytes``: what the server is asked to
+    write, its documents and updates included)."""
 
     def __init__(self) -> None:
         self.counts: Counter[str] = Counter()
+        self.bytes = 0
 
     def started(self, event: monitoring.CommandStartedEvent) -> None:
         self.counts[event.command_name] += 1
+        if event.command_name in _WRITES:
+            self.bytes += len(bson.encode(event.command))
 
     def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
         pass
@@ -178,6 +187,7 @@ class CommandCounter(monitoring.CommandListener):
 
     def reset(self) -> None:
         self.counts = Counter()
+        self.bytes = 0
 
     def snapshot(self) -> dict[str, int]:
         return dict(self.counts)
@@ -320,6 +330,12 @@ def _test_servers() -> ModuleType:
 class ServerInfo:
     uri: str
     label: str
+    #: The server's process id where the suite started it (its CPU and bytes are read).
+    pid: int | None = None
+
+
+#: The process id of the server the suite started (None: ``MONGODB_URI``, not ours).
+SERVER_PID: int | None = None
 
 
 @contextlib.contextmanager
@@ -330,16 +346,20 @@ def mongo_server(tmpdir: Path) -> Iterator[ServerInfo]:
     if env:
         yield ServerInfo(uri=env, label=f"MONGODB_URI ({redact(env)})")
         return
+    global SERVER_PID
     servers = _test_servers()
     server = servers.start_nx(tmpdir)
+    SERVER_PID = server.pid
     try:
         version = _version("nx-27017")
         yield ServerInfo(
             uri=server.uri,
             label=f"nx-27017 {version} (MongoDB wire protocol on SQLite), "
             "started by the benchmark on 127.0.0.1",
+            pid=server.pid,
         )
     finally:
+        SERVER_PID = None
         server.stop()
 
 

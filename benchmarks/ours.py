@@ -33,6 +33,7 @@ from benchmarks.common import (
     register_sleep,
     with_database,
 )
+from benchmarks.floor import metered
 from engine_core import Engine
 from engine_core.records import TERMINAL, RunRecord, StepPage, StepRecord, utcnow
 from engine_core.store import Store
@@ -61,15 +62,14 @@ async def w1_sequential(
         register_inline(engine)
         async with engine:
             _reset(counter)
-            cpu = time.process_time()
             began = time.perf_counter()
-            for _ in range(runs):
-                run_id = await engine.start(INLINE_WF, {"steps": steps})
-                await engine.result(run_id, timeout=RESULT_TIMEOUT)
+            with metered(counter) as meter:
+                for _ in range(runs):
+                    run_id = await engine.start(INLINE_WF, {"steps": steps})
+                    await engine.result(run_id, timeout=RESULT_TIMEOUT)
             seconds = time.perf_counter() - began
-            cpu = time.process_time() - cpu
             commands = _counts(counter)
-    return Measurement(seconds, runs * steps, commands, {"cpu_s": cpu})
+    return Measurement(seconds, runs * steps, commands, meter.extra)
 
 
 async def hold_finished_steps(store: Store, count: int, per_run: int = 10) -> None:
@@ -126,19 +126,18 @@ async def w2_concurrent(kind: StoreKind, uri: str | None, runs: int, steps: int)
         register_inline(engine)
         async with engine:
             _reset(counter)
-            cpu = time.process_time()
             began = time.perf_counter()
-            run_ids = await asyncio.gather(
-                *(engine.start(INLINE_WF, {"steps": steps}) for _ in range(runs))
-            )
-            # Each run awaited by its own waiter, as a web app awaiting its runs would.
-            await asyncio.gather(
-                *(engine.result(run_id, timeout=RESULT_TIMEOUT) for run_id in run_ids)
-            )
+            with metered(counter) as meter:
+                run_ids = await asyncio.gather(
+                    *(engine.start(INLINE_WF, {"steps": steps}) for _ in range(runs))
+                )
+                # Each run awaited by its own waiter, as a web app awaiting its runs would.
+                await asyncio.gather(
+                    *(engine.result(run_id, timeout=RESULT_TIMEOUT) for run_id in run_ids)
+                )
             seconds = time.perf_counter() - began
-            cpu = time.process_time() - cpu
             commands = _counts(counter)
-    return Measurement(seconds, runs * steps, commands, {"cpu_s": cpu})
+    return Measurement(seconds, runs * steps, commands, meter.extra)
 
 
 def growth(stamps: list[float], began: float) -> dict[str, float]:
@@ -160,11 +159,12 @@ async def w3_long_run(kind: StoreKind, uri: str | None, steps: int) -> Measureme
         async with engine:
             _reset(counter)
             began = time.perf_counter()
-            run_id = await engine.start(INLINE_WF, {"steps": steps})
-            await engine.result(run_id, timeout=RESULT_TIMEOUT)
+            with metered(counter) as meter:
+                run_id = await engine.start(INLINE_WF, {"steps": steps})
+                await engine.result(run_id, timeout=RESULT_TIMEOUT)
             seconds = time.perf_counter() - began
             commands = _counts(counter)
-    return Measurement(seconds, steps, commands, growth(stamps, began))
+    return Measurement(seconds, steps, commands, {**growth(stamps, began), **meter.extra})
 
 
 async def w4_sleepers(kind: StoreKind, uri: str | None, runs: int, sleep: float) -> Measurement:

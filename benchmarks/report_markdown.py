@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from benchmarks.common import Summary
 from benchmarks.numbers import X, num, ratio, thousands
+from benchmarks.report_floor import floor_markdown
 from benchmarks.results import SYSTEMS, Results
 
 Row = tuple[str, str, str, str, str, str, str, str]
@@ -369,6 +370,11 @@ def full_markdown(r: Results) -> str:
         "",
         raw_markdown(r),
         "",
+    ]
+    floor = floor_markdown(r)
+    if floor:
+        parts += ["### The floor: one guarded write", "", floor, ""]
+    parts += [
         notes_markdown(r),
         "",
         "### MongoDB commands per step, by command",

@@ -27,6 +27,7 @@ class Results:
     server: str
     summaries: list[Summary] = field(default_factory=list)
     raw: list[Summary] = field(default_factory=list)  # find_one_and_update rates
+    floor: list[Summary] = field(default_factory=list)  # benchmarks.floor
     parking_s: dict[str, float] = field(default_factory=dict)
     profile_md: str = ""
     runtime_s: float = 0.0
@@ -35,6 +36,12 @@ class Results:
     def get(self, workload: str, system: str, variant: str = "") -> Summary | None:
         for s in self.summaries:
             if (s.workload, s.system, s.variant) == (workload, system, variant):
+                return s
+        return None
+
+    def floor_of(self, variant: str) -> Summary | None:
+        for s in self.floor:
+            if s.variant == variant:
                 return s
         return None
 
@@ -52,4 +59,5 @@ class Results:
         }
         summaries = [Summary(**s) for s in fields.pop("summaries")]
         raw = [Summary(**s) for s in fields.pop("raw")]
-        return cls(sizes=Sizes(**sizes), summaries=summaries, raw=raw, **fields)
+        floor = [Summary(**s) for s in fields.pop("floor", [])]
+        return cls(sizes=Sizes(**sizes), summaries=summaries, raw=raw, floor=floor, **fields)

@@ -85,7 +85,7 @@ def plan_units(sizes: Sizes, workloads: list[str], systems: list[str]) -> int:
     reps = sizes.reps
     units = 0
     if "mongo" in systems:
-        units += 2 * reps + 1  # raw rates, profile
+        units += 4 * reps + 2  # raw rates, floor, run document sizes, profile
     for w in workloads:
         if w in ("W1", "W2", "W3", "W4"):
             units += reps * (len(systems) + (w == "W1" and "mongo" in systems))
@@ -195,6 +195,16 @@ class Suite:
                 self._failed(f"raw find_one_and_update ({label})", exc)
                 continue
             self.results.raw.append(summarise("raw", "mongo", label, reps))
+
+    async def floor(self) -> None:
+        """The floor and the run document's size along a W3 run (:mod:`benchmarks.floor`)."""
+        from benchmarks.floor import floor_section
+
+        assert self.uri is not None
+        self.results.floor += await floor_section(
+            self.uri, self.z.raw_ops, self.z.w3_steps, self.repeat, self._failed
+        )
+        self.progress.step()
 
     async def ours_inline(self, workload: str, kind: StoreKind) -> None:
         z, uri = self.z, self.uri if kind == "mongo" else None
@@ -379,6 +389,7 @@ class Suite:
         mongo = "mongo" in self.systems and self.uri is not None
         if mongo:
             await self.raw_rates()
+            await self.floor()
         for workload in self.workloads:
             if workload in ("W1", "W2", "W3", "W4"):
                 if "memory" in self.systems:

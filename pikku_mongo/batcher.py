@@ -68,29 +68,33 @@ class Batcher:
         self.commands = 0
         self.writes = 0
 
-    async def insert(self, doc: Doc, confirm: Confirm | None = None) -> bool:
+    def insert(self, doc: Doc, confirm: Confirm | None = None) -> asyncio.Future[bool]:
         """Insert ``doc``; False when a document with its ``_id`` exists. An insert sent
         again after a lost reply may collide with its own first try: ``confirm()`` then
         tells whether the document that exists is this one."""
-        return await self._submit("insert", doc, {}, confirm)
+        return self._submit("insert", doc, {}, confirm)
 
-    async def update(self, filter: Doc, update: Doc) -> None:
+    def update(self, filter: Doc, update: Doc) -> asyncio.Future[bool]:
         """Apply ``update`` to the document ``filter`` matches, if any (nothing learnt)."""
-        await self._submit("update", filter, update)
+        return self._submit("update", filter, update)
 
-    async def guarded(self, filter: Doc, update: Doc, confirm: Confirm | None = None) -> bool:
+    def guarded(
+        self, filter: Doc, update: Doc, confirm: Confirm | None = None
+    ) -> asyncio.Future[bool]:
         """Apply ``update`` to the document matching ``filter`` (which names its
         ``_id``); whether one matched. A write sent again after a lost reply may find its
         own first try already applied and its guard failed: ``confirm()`` then tells
         whether the write is in the document."""
-        return await self._submit("guarded", filter, update, confirm)
+        return self._submit("guarded", filter, update, confirm)
 
-    async def upsert(self, filter: Doc, update: Doc) -> bool:
+    def upsert(self, filter: Doc, update: Doc) -> asyncio.Future[bool]:
         """Apply ``update`` to the document matching ``filter`` (which names its
         ``_id``), creating it if no document has that ``_id``; False when one exists
         but fails the rest of ``filter``."""
-        return await self._submit("upsert", filter, update)
+        return self._submit("upsert", filter, update)
 
+    # The methods above hand back the write's future itself (no coroutine around it): a
+    # caller awaits it, or gathers many without wrapping each in a task.
     def _submit(
         self, kind: Kind, filter: Doc, update: Doc, confirm: Confirm | None = None
     ) -> asyncio.Future[bool]:

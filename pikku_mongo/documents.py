@@ -27,6 +27,7 @@ that were never written; :func:`step_from_doc` reads a missing field as the
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from dataclasses import fields
@@ -58,6 +59,7 @@ from pikku_mongo.encoding import (
     unpack,
     unpack_opt,
 )
+from pikku_mongo.journal_text import step_from_text, step_to_text
 
 Doc = dict[str, Any]
 
@@ -81,8 +83,10 @@ _ID_SEPARATOR = "\x01\x03"
 FORMAT = 3
 
 
+@functools.lru_cache(maxsize=4096)
 def inflight_field(key: str) -> str:
-    """The field name under ``inflight`` for step ``key``: a digest, never user text."""
+    """The field name under ``inflight`` for step ``key``: a digest, never user text.
+    (Cached: a step's field is named by the write that starts it and by the next.)"""
     digest = hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=16)
     return "k" + digest.hexdigest()
 
@@ -337,21 +341,36 @@ def step_doc_id(run_id: str, key: str) -> str:
     return pack(check_str(run_id, "run id")) + _ID_SEPARATOR + pack(check_str(key, "step key"))
 
 
+#: StepRecord fields stored as they are (everything not encoded by :func:`step_value`).
+_STEP_PLAIN = tuple(
+    f.name
+    for f in fields(StepRecord)
+    if f.name not in STEP_IDENTITY | _STEP_JSON_FIELDS | _STEP_TIME_FIELDS | _STEP_PACKED_FIELDS
+    and f.name != "history"
+)
+#: The other StepRecord fields, in declaration order (a document's field order).
+_STEP_ENCODED = tuple(
+    f.name for f in fields(StepRecord) if f.name not in STEP_IDENTITY and f.name not in _STEP_PLAIN
+)
+
+
 def step_to_doc(step: StepRecord) -> Doc:
+    """A step record's document (the journal copies 64 at a time: kept cheap)."""
+    values = step.__dict__
     doc: Doc = {
         "_id": step_doc_id(step.run_id, step.key),
         "fmt": FORMAT,
         "run_id": pack(check_str(step.run_id, "run id")),
         "key": pack(check_str(step.key, "step key")),
     }
-    for f in fields(StepRecord):
-        if f.name not in STEP_IDENTITY:
-            doc[f.name] = step_value(f.name, getattr(step, f.name))
+    for name in _STEP_PLAIN:
+        doc[name] = values[name]
+    for name in _STEP_ENCODED:
+        doc[name] = step_value(name, values[name])
     return doc
 
 
 _STEP_DEFAULTS = StepRecord(run_id="", key="", kind="inline", status="pending")
-_DEFAULT_VALUES: dict[str, Any] = dict(_STEP_DEFAULTS.__dict__)
 
 
 def step_from_doc(doc: Doc) -> StepRecord:
@@ -389,62 +408,8 @@ def step_from_doc(doc: Doc) -> StepRecord:
     )
 
 
-# ---- the run's journal: whole step records as JSON text ---------------------------
-
-
-def _entry_dict(entry: AttemptEntry) -> Doc:
-    return {
-        "attempt": entry.attempt,
-        "status": entry.status,
-        "at": to_us(entry.at),
-        "started_at": opt_to_us(entry.started_at),
-        "error": entry.error,
-    }
-
-
-def _entry_of(data: Doc) -> AttemptEntry:
-    return AttemptEntry(
-        attempt=int(data["attempt"]),
-        status=cast(StepState, data["status"]),
-        at=from_us(data["at"]),
-        started_at=opt_from_us(data.get("started_at")),
-        error=data.get("error"),
-    )
-
-
-def step_to_text(step: StepRecord) -> str:
-    """A whole step record as JSON text, as the run's journal holds it: the fields that
-    differ from their defaults only (the run id is the run's), times in microseconds.
-    Written for every step, so it is kept cheap."""
-    data: Doc = {"key": step.key}
-    for name, value in step.__dict__.items():
-        if name in _TEXT_SKIPPED or value == _DEFAULT_VALUES[name]:
-            continue
-        if name in _STEP_TIME_FIELDS:
-            value = to_us(value)
-        elif name == "history":
-            value = [_entry_dict(e) for e in value]
-        data[name] = value
-    return dump_value(data)
-
-
-_TEXT_SKIPPED = frozenset({"run_id", "key"})
-
-
-def step_from_text(run_id: str, text: Any) -> StepRecord:
-    data = cast(Doc, json.loads(cast(str, text)))
-    values: Doc = {}
-    for name, value in data.items():
-        if name in _STEP_TIME_FIELDS:
-            values[name] = opt_from_us(value)
-        elif name == "history":
-            values[name] = [_entry_of(e) for e in value]
-        elif name in STEP_FIELDS:
-            values[name] = value
-    values["run_id"] = run_id
-    values.setdefault("kind", "inline")
-    values.setdefault("status", "pending")
-    return StepRecord(**values)
+# ---- the run's journal: whole step records as compact JSON text --------------------
+# (see ``pikku_mongo.journal_text``)
 
 
 # ---- events and leases --------------------------------------------------------------

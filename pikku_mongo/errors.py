@@ -42,3 +42,8 @@ class LeaseTooShortError(PikkuMongoError, ValueError):
     """A lease or claim ttl that the store's clock skew bound would eat up: the holder
     counts a lease lost ``max_clock_skew`` before it ends, so a ttl must be at least
     twice the bound."""
+
+
+class StorageFormatError(PikkuMongoError, RuntimeError):
+    """The database was migrated to a storage format newer than this pikku-mongo knows:
+    a process of an older version must not read or write it."""

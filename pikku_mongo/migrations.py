@@ -18,6 +18,12 @@ index on ``runs.dedup`` to the ``dedup`` collection (see
 :mod:`pikku_mongo.dedup_ops`): each live run holding a dedup id gets its claim, then the
 index is dropped. Run it (``pikku-mongo init``) before sharding: MongoDB refuses to shard
 ``runs`` while that index exists.
+
+Format 3 also writes the journal's outcomes as compact text
+(:mod:`pikku_mongo.journal_text`, ``{"v":2,...}``); the long form written before is read
+as it is, so nothing is rewritten. A process of an earlier version cannot read the
+compact form: stop every process of an earlier version before one of this version
+drives runs (a process refuses a database whose format is newer than its own).
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from pymongo.errors import DuplicateKeyError, OperationFailure
 from pikku_mongo.dedup_ops import move_dedup_claims
 from pikku_mongo.documents import FORMAT, step_doc_id
 from pikku_mongo.encoding import unpack
+from pikku_mongo.errors import StorageFormatError
 
 log = logging.getLogger("pikku_mongo.migrations")
 
@@ -48,7 +55,12 @@ async def migrate(
     """Migrate to :data:`~pikku_mongo.documents.FORMAT` unless the database is there."""
     stored = await meta.find_one({"_id": _FORMAT_ID})
     version = int(stored["version"]) if stored is not None else 0
-    if version >= FORMAT:
+    if version > FORMAT:
+        raise StorageFormatError(
+            f"the database holds storage format {version}, written by a newer pikku-mongo; "
+            f"this one knows format {FORMAT}: upgrade this process's pikku-mongo"
+        )
+    if version == FORMAT:
         return
     moved = await _rekey_steps(steps)
     await runs.update_many({"lease_us": {"$exists": False}}, {"$set": {"lease_us": 0}})

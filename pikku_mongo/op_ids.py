@@ -9,6 +9,8 @@ the last id, so one write in between made a landed write look fenced out.)
 
 from __future__ import annotations
 
+import itertools
+import os
 import uuid
 
 from pikku_mongo.documents import Doc
@@ -16,11 +18,25 @@ from pikku_mongo.documents import Doc
 #: How many recent operation ids a run keeps.
 OPS_KEPT = 8
 
+#: This process's random prefix and a count: unique like a random id per write without
+#: drawing random bytes for every step (a forked child draws its own prefix).
+_PREFIX = uuid.uuid4().hex[:16]
+_COUNT = itertools.count(1)
+
+
+def _new_prefix() -> None:
+    global _PREFIX, _COUNT
+    _PREFIX, _COUNT = uuid.uuid4().hex[:16], itertools.count(1)
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows
+    os.register_at_fork(after_in_child=_new_prefix)
+
 
 def new_op(update: Doc) -> str:
     """Add a fresh operation id to ``update`` (which must not push to ``ops`` already)
     and return it."""
-    op = uuid.uuid4().hex[:16]  # 64 random bits: unique among one run's writes
+    op = f"{_PREFIX}{next(_COUNT):x}"
     update.setdefault("$push", {})["ops"] = {"$each": [op], "$slice": -OPS_KEPT}
     return op
 

@@ -34,10 +34,10 @@ from pikku_mongo.documents import (
     inflight_field,
     run_from_doc,
     run_to_doc,
-    step_to_text,
 )
 from pikku_mongo.encoding import dump_value, pack, to_us, unpack
 from pikku_mongo.filters import eq
+from pikku_mongo.journal_text import step_to_text
 from pikku_mongo.op_ids import landed_filter, new_op
 from pikku_mongo.retry import surface_oversize, transient_retry
 

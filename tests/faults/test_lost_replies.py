@@ -81,7 +81,7 @@ def carries(key: str, *, starting: bool) -> Where:
         update = run_update(command)
         entries = [update["u"]["$set"][n] for n in sets(update, "journal.")] if update else []
         return (
-            any(f'"key":"{key}"' in e for e in entries)
+            any(f'"k":"{key}"' in e or f'"key":"{key}"' in e for e in entries)
             and bool(sets(update, "inflight.")) == starting
             and "lease_us" not in sets(update, "")
         )

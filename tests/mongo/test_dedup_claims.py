@@ -89,6 +89,18 @@ async def test_the_migration_moves_dedup_ids_to_claims_and_drops_the_unique_inde
     await store.close()
 
 
+async def test_a_database_of_a_newer_format_is_refused(nx_uri: str) -> None:
+    from pikku_mongo.documents import FORMAT
+    from pikku_mongo.errors import PikkuMongoError, StorageFormatError
+
+    store = await mongo_store(nx_uri)
+    await store.meta.update_one({"_id": "format"}, {"$set": {"version": FORMAT + 1}})
+    with pytest.raises(StorageFormatError, match="upgrade this process") as raised:
+        await store.init()
+    assert isinstance(raised.value, PikkuMongoError)
+    await store.close()
+
+
 class Commands(monitoring.CommandListener):
     def __init__(self) -> None:
         self.names: list[str] = []
