@@ -19,6 +19,7 @@ from engine_core.errors import (
     ScheduleNotFoundError,
     StepFailedError,
     StoreUnavailableError,
+    StreamTooLargeError,
     WorkflowDeadlineExceededError,
     WorkflowNotRegisteredError,
     WorkflowRunCancelledError,
@@ -38,6 +39,7 @@ from engine_core.status import (
     TimelineEntry,
 )
 from engine_core.store import Store
+from engine_core.streams import StreamEntry
 from engine_core.tracing import TraceIdFilter
 
 __all__ = [
@@ -69,6 +71,8 @@ __all__ = [
     "StepStatus",
     "Store",
     "StoreUnavailableError",
+    "StreamEntry",
+    "StreamTooLargeError",
     "TimelineEntry",
     "TraceIdFilter",
     "Worker",

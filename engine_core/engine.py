@@ -10,7 +10,7 @@ recovery, run control); the engine wires them together through a
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, TypeVar, overload
@@ -34,6 +34,7 @@ from engine_core.records import (
 from engine_core.run.context import register_fn
 from engine_core.run.replay_check import replay_check
 from engine_core.run.results import outcome
+from engine_core.run.stream_reader import read_stream
 from engine_core.runtime import EngineConfig
 from engine_core.schedule_api import ScheduleApi
 from engine_core.schedules.control import ScheduleControl
@@ -48,6 +49,7 @@ from engine_core.status import (
     timeline,
 )
 from engine_core.store import Store
+from engine_core.streams import StreamEntry
 from engine_core.values import (
     check_moment,
     check_name,
@@ -243,6 +245,14 @@ class Engine(ScheduleApi):
         """The run's status, with each step folded to its latest attempt."""
         run = await self._call(lambda: self._control.get(run_id))
         return fold_status(run, await self._call(lambda: self.store.load_steps(run_id)))
+
+    def read_stream(
+        self, run_id: str, key: str, offset: int = 0, timeout: Duration | None = None
+    ) -> AsyncIterator[StreamEntry]:
+        """The run's stream ``key`` from position ``offset``, in order, as entries come
+        (``entry.value``); ends at ``close_stream`` or when the run ends. ``timeout``:
+        ``TimeoutError`` if it has not ended by then. See ``engine_core.streams``."""
+        return read_stream(self.store, run_id, key, offset=offset, timeout=timeout)
 
     async def history(self, run_id: str) -> list[TimelineEntry]:
         """Every attempt of every step of the run, with the time of each transition."""

@@ -76,6 +76,8 @@ class RunOps(SkewBound):
     runs: AsyncCollection[Doc]
     steps: AsyncCollection[Doc]
     events: AsyncCollection[Doc]
+    streams: AsyncCollection[Doc]
+    heartbeats: AsyncCollection[Doc]
     run_writes: Batcher
 
     # ---- creating and reading ---------------------------------------------------
@@ -417,7 +419,8 @@ class RunOps(SkewBound):
     @transient_retry
     async def delete_runs(self, *, finished_before: datetime, limit: int) -> int:
         """1 find per terminal status (the least recently updated first); when it finds
-        runs, 1 bulk delete of their steps, 1 of their events, then 1 delete of the runs
+        runs, 1 bulk delete of their steps, 1 of their events, 1 of their stream entries, 1 of
+        their heartbeats, then 1 delete of the runs
         (so a crash in between leaves the run to be found again, never orphans)."""
         if check_int(limit, "limit") <= 0:
             return 0
@@ -435,6 +438,8 @@ class RunOps(SkewBound):
         by_run = [DeleteMany({"run_id": eq(run_id)}) for run_id in ids]
         await self.steps.bulk_write(by_run, ordered=False)
         await self.events.bulk_write(by_run, ordered=False)
+        await self.streams.bulk_write(by_run, ordered=False)
+        await self.heartbeats.bulk_write(by_run, ordered=False)
         result = await self.runs.delete_many(
             {"_id": {"$in": ids}, "status": {"$in": sorted(TERMINAL)}, "updated_at": cutoff}
         )

@@ -15,6 +15,8 @@ Collections (``prefix`` + name):
 * ``schedules``: ``_id`` = schedule name; its timing, input and next fire. See
   :mod:`pikku_mongo.schedule_ops`.
 * ``meta``: the storage format version (see :mod:`pikku_mongo.migrations`).
+* ``streams`` and ``heartbeats``: a run's stream entries, one document each, and its
+  steps' last heartbeats. See :mod:`pikku_mongo.stream_ops`.
 * ``queues``: ``_id`` = queue name; each queue's admission state, replaced by
   compare-and-set on its version. See :mod:`pikku_mongo.queue_ops`.
 
@@ -93,6 +95,7 @@ from pikku_mongo.run_ops import RunOps
 from pikku_mongo.schedule_ops import ScheduleOps
 from pikku_mongo.server import ClockOffset, measure_clock_offset
 from pikku_mongo.step_ops import StepOps
+from pikku_mongo.stream_ops import StreamOps
 from pikku_mongo.watch import job_inserts
 from pikku_mongo.worker_ops import WorkerOps
 
@@ -112,7 +115,9 @@ _AFTER = ReturnDocument.AFTER
 _BY_ID = [("_id", 1)]
 
 
-class MongoStore(RunOps, ListingOps, StepOps, QueueOps, ScheduleOps, WorkerOps, DeclaredOps):
+class MongoStore(
+    RunOps, ListingOps, StepOps, QueueOps, ScheduleOps, WorkerOps, DeclaredOps, StreamOps
+):
     """The engine's store on a MongoDB database (see the module docstring)."""
 
     def __init__(
@@ -154,10 +159,13 @@ class MongoStore(RunOps, ListingOps, StepOps, QueueOps, ScheduleOps, WorkerOps, 
         self.schedules = self._collection("schedules")
         self.workers = self._collection("workers")
         self.queue_limits = self._collection("queue_limits")
+        self.streams = self._collection("streams")
+        self.heartbeats = self._collection("heartbeats")
         # Group commit, one queue per collection written on the hot path. A document a
         # guarded upsert created has none of the fields every real document has.
         self.run_writes = Batcher(self.runs, {"workflow": {"$exists": False}})
         self.step_writes = Batcher(self.steps, {"fmt": {"$exists": False}})
+        self.stream_writes = Batcher(self.streams, {"pos": {"$exists": False}})
 
     @classmethod
     def from_uri(
@@ -239,6 +247,7 @@ class MongoStore(RunOps, ListingOps, StepOps, QueueOps, ScheduleOps, WorkerOps, 
             self.runs, self.steps, self.events, self.leases, ttl=not self._ttl_refused
         )
         self._ttl_refused = self._ttl_refused or not created
+        await self.create_stream_indexes()
 
     async def clock_offset(self, samples: int = 5) -> ClockOffset | None:
         """This host's clock against the server's: ``samples`` ``hello`` commands, the

@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: strictly below its own.
 LAYERS: list[set[str]] = [
     {"errors", "records", "tasks", "tracing", "metrics"},
+    {"streams"},
     {"memory.cloning", "run.results", "run.threads", "convert", "lifecycle_log"},
     {"durations", "values", "options", "store", "mirror", "journal", "fleet.timers", "outages"},
     {
@@ -27,6 +28,7 @@ LAYERS: list[set[str]] = [
         "memory.events",
         "memory.steps",
         "memory.workers",
+        "memory.streams",
     },
     {"memory.store"},
     {
@@ -42,7 +44,7 @@ LAYERS: list[set[str]] = [
         "flow.starts",
         "fleet.registry",
     },
-    {"testing.builders", "run.reentry"},
+    {"testing.builders", "run.reentry", "run.streams"},
     {
         "run.attempt",
         "run.control",
@@ -55,12 +57,13 @@ LAYERS: list[set[str]] = [
         "testing.worker_cases",
         "testing.replay_cases",
         "testing.operator_cases",
+        "testing.stream_cases",
     },
     {"testing.conformance"},
     {"testing"},
     {"run.pass_state"},
     {"run.inline", "run.waits", "run.patches"},
-    {"run.run_pass"},
+    {"run.run_pass", "run.stream_reader"},
     {
         "run.driver",
         "run.replay_check",
@@ -182,6 +185,7 @@ def test_the_top_of_engine_core_holds_only_what_every_wing_shares_or_the_user_se
         "outages",
         "lifecycle_log",
         "metrics",
+        "streams",
         "periodic",
         "status",
         "runtime",
@@ -250,6 +254,8 @@ def test_the_public_surface_of_engine_core() -> None:
         "StepStatus",
         "Store",
         "StoreUnavailableError",
+        "StreamEntry",
+        "StreamTooLargeError",
         "TimelineEntry",
         "TraceIdFilter",
         "Worker",
@@ -303,4 +309,5 @@ def test_the_engine_exposes_no_mechanism_as_public_api() -> None:
         "queue",
         "list_queues",
         "replay_check",
+        "read_stream",
     }

@@ -20,6 +20,7 @@ from engine_core.run.attempt import error_info, run_attempt
 from engine_core.run.context import StepInfo
 from engine_core.run.control import RunControl
 from engine_core.run.leases import KeepAlive
+from engine_core.run.streams import AttemptStreams, previous_heartbeat
 from engine_core.run.threads import runs_in_thread
 from engine_core.run.transitions import Outcome, job_ended, job_returned, job_unclaimed, write
 from engine_core.runtime import Runtime
@@ -214,7 +215,6 @@ class Worker:
                 return
         function = self.runtime.step_fn(job.function or "")
         assert function is not None, "claims only take jobs of registered step functions"
-        info = StepInfo(job.run_id, job.key, attempt, idempotency_key(job.run_id, job.key))
         attributes = {
             "workflow.run_id": job.run_id,
             "workflow.step": job.key,
@@ -235,6 +235,14 @@ class Worker:
                 claim_ttl=self.runtime.config.lease_ttl,
             )
 
+        info = StepInfo(
+            job.run_id,
+            job.key,
+            attempt,
+            idempotency_key(job.run_id, job.key),
+            last_heartbeat=await previous_heartbeat(self.store, job.run_id, job.key, attempt),
+            hooks=AttemptStreams(self.store, renew),
+        )
         try:
             async with KeepAlive(
                 renew,

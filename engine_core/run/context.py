@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Awaitable, Callable, Coroutine
 from contextvars import ContextVar, Token
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, ParamSpec, Protocol, TypeVar, TypeVarTuple, overload
 
 from engine_core.convert import declared_return, from_json
@@ -15,14 +15,42 @@ from engine_core.outages import StoreDown
 from engine_core.values import check_name
 
 
+class StepHooks(Protocol):
+    """What a step attempt writes streams and heartbeats with (``engine_core.run.streams``)."""
+
+    async def write_stream(self, info: StepInfo, key: str, value: Any) -> None: ...
+
+    async def heartbeat(self, info: StepInfo, details: Any) -> None: ...
+
+
 @dataclass(frozen=True)
 class StepInfo:
-    """The step attempt the current code runs in."""
+    """The step attempt the current code runs in. ``last_heartbeat``: the details the
+    last heartbeat of an earlier attempt of this step left (None when none did)."""
 
     run_id: str
     step: str
     attempt: int
     idempotency_key: str
+    last_heartbeat: Any = field(default=None, compare=False)
+    hooks: StepHooks | None = field(default=None, compare=False, repr=False)
+
+    async def write_stream(self, key: str, value: Any) -> None:
+        """Append ``value`` to the run's stream ``key``, tagged with this attempt and a
+        count from 0 (``entry.attempt``, ``entry.n``): readers can drop the entries of an
+        attempt that a later one superseded. Raises ``StreamTooLargeError`` past the
+        stream's limit (``engine_core.streams``)."""
+        await self._hooks().write_stream(self, key, value)
+
+    async def heartbeat(self, details: Any = None) -> None:
+        """Keep ``details`` for the next attempt (its ``last_heartbeat``) and, in a
+        dispatched step, renew this worker's claim on the step."""
+        await self._hooks().heartbeat(self, details)
+
+    def _hooks(self) -> StepHooks:
+        if self.hooks is None:
+            raise RuntimeError("streams and heartbeats work only inside a step the engine runs")
+        return self.hooks
 
 
 _current_step: ContextVar[StepInfo | None] = ContextVar("engine_core_current_step", default=None)
@@ -106,6 +134,8 @@ class StepRunner(Protocol):
     async def child_step(self, name: str, workflow: str, input: Any) -> Any: ...
 
     async def patched(self, patch_id: str) -> bool: ...
+
+    async def write_stream(self, key: str, value: Any, *, closed: bool = False) -> None: ...
 
 
 _T = TypeVar("_T")
@@ -444,6 +474,19 @@ class WorkflowContext:
         write, keeps it True on every replay); False on a run whose records show it
         passed this point on old code. See DESIGN 3d."""
         return await self._pass.patched(patch_id)
+
+    @_outage_ends_the_pass
+    async def write_stream(self, key: str, value: Any) -> None:
+        """Append ``value`` to the run's stream ``key``, exactly once: a replay reaches
+        the same position and writes nothing new. Raises ``StreamTooLargeError`` past
+        the stream's limit (``engine_core.streams``)."""
+        await self._pass.write_stream(key, value)
+
+    @_outage_ends_the_pass
+    async def close_stream(self, key: str) -> None:
+        """End the stream ``key``: its readers stop after the entries before. (A
+        stream also ends for its readers when the run ends.)"""
+        await self._pass.write_stream(key, None, closed=True)
 
     def deprecate_patch(self, patch_id: str) -> None:
         """Once no run from before patch ``patch_id`` remains: records nothing and

@@ -27,6 +27,7 @@ from engine_core.run.attempt import error_info, run_attempt
 from engine_core.run.context import StepInfo
 from engine_core.run.divergence import callable_name
 from engine_core.run.pass_state import Parked, PassState, stored_failure
+from engine_core.run.streams import AttemptStreams, previous_heartbeat
 from engine_core.run.threads import runs_in_thread
 from engine_core.run.transitions import attempt_ended, attempt_lost
 from engine_core.values import check_retries, idempotency_key
@@ -127,7 +128,14 @@ async def run_inline(
     }
     while True:
         started = await p.start(key, attempt)
-        info = StepInfo(p.run_id, key, attempt, idempotency_key(p.run_id, key))
+        info = StepInfo(
+            p.run_id,
+            key,
+            attempt,
+            idempotency_key(p.run_id, key),
+            last_heartbeat=await previous_heartbeat(p.store, p.run_id, key, attempt),
+            hooks=AttemptStreams(p.store),
+        )
         try:
             stored = await run_attempt(
                 info,

@@ -27,6 +27,7 @@ from engine_core.run.context import ValueMismatch, WorkflowContext, as_declared
 from engine_core.run.divergence import Mismatch
 from engine_core.run.keys import compensation_key
 from engine_core.run.pass_state import SIGNALS, Parked, PassState, Stopped
+from engine_core.run.streams import BodyStreams
 from engine_core.tracing import run_log_context
 from engine_core.values import check_fits, to_stored
 
@@ -40,6 +41,8 @@ log = logging.getLogger("engine_core")
 
 class RunPass(PassState):
     """Replays the body once and settles the run; the steps the body calls land here."""
+
+    _streams: BodyStreams | None = None
 
     async def execute(self) -> PassEnd:
         """Replay the body once and record where the run stands ("unavailable": a store
@@ -267,6 +270,11 @@ class RunPass(PassState):
 
     async def patched(self, patch_id: str) -> bool:
         return await patches.patched(self, patch_id)
+
+    async def write_stream(self, key: str, value: Any, *, closed: bool = False) -> None:
+        if self._streams is None:
+            self._streams = BodyStreams(self.store, self.run_id, first_pass=self.run.passes <= 1)
+        await self._streams.write(key, value, closed=closed)
 
 
 def _signal_in(exc: BaseException | None) -> type[BaseException] | None:
