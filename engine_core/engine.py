@@ -361,7 +361,7 @@ class Engine(ScheduleApi):
 
     async def delete_finished_runs(self, older_than: Duration, *, batch: int = 500) -> int:
         """Delete terminal runs last updated more than ``older_than`` ago, with their steps
-        and events; runs that are not terminal are never touched. Returns the count."""
+        events and streams; runs that are not terminal are never touched. Returns the count."""
         age = parse_duration(older_than, what="older_than")
         before = utcnow() - timedelta(seconds=age)
         return await self._call(lambda: self._control.delete_finished(before, batch))
