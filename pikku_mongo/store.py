@@ -165,7 +165,9 @@ class MongoStore(
         # guarded upsert created has none of the fields every real document has.
         self.run_writes = Batcher(self.runs, {"workflow": {"$exists": False}})
         self.step_writes = Batcher(self.steps, {"fmt": {"$exists": False}})
-        self.stream_writes = Batcher(self.streams, {"pos": {"$exists": False}})
+        self.stream_writes = Batcher(
+            self.streams, {"pos": {"$exists": False}}, ride_on=self.run_writes
+        )
 
     @classmethod
     def from_uri(
