@@ -46,7 +46,7 @@ from benchmarks.report import save
 from benchmarks.report_markdown import full_markdown
 from benchmarks.results import Results
 
-WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6", "S1", "Q1")
+WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6", "S1", "Q1", "T1")
 SYSTEMS = ("memory", "mongo", "dbos")
 DBOS_WORKLOADS = ("W1", "W2", "W3", "W4")
 
@@ -104,6 +104,8 @@ def plan_units(sizes: Sizes, workloads: list[str], systems: list[str]) -> int:
             units += ("memory" in systems) + ("mongo" in systems)
         elif w == "Q1":
             units += len(sizes.q1_limits) * (("memory" in systems) + ("mongo" in systems))
+        elif w == "T1":
+            units += 3 * ("mongo" in systems)
     return units
 
 
@@ -357,6 +359,30 @@ class Suite:
                     self.progress.step()
                 self.results.summaries.append(summarise("Q1", kind, variant, [measured]))
 
+    async def t1(self) -> None:
+        """Streams on MongoStore: riding commands, a reader in another process, and the
+        run document's size after 10,000 entries (one repetition each)."""
+        from benchmarks import streams
+
+        if "mongo" not in self.systems or self.uri is None:
+            return
+        uri = self.uri
+        parts: list[tuple[str, Callable[[], Awaitable[Measurement]]]] = [
+            ("ride", lambda: streams.ride(uri)),
+            ("reader", lambda: streams.reader_latency(uri)),
+            ("size", lambda: streams.run_size(uri)),
+        ]
+        for variant, fn in parts:
+            self.progress.stage(f"T1 mongo {variant}")
+            try:
+                measured = await fn()
+            except Exception as exc:
+                self._failed(f"T1 mongo {variant}", exc)
+                continue
+            finally:
+                self.progress.step()
+            self.results.summaries.append(summarise("T1", "mongo", variant, [measured]))
+
     async def profile_w1(self) -> None:
         from benchmarks.profile_w1 import profile_w1, summary_markdown
 
@@ -397,6 +423,8 @@ class Suite:
                 await self.s1()
             elif workload == "Q1":
                 await self.q1()
+            elif workload == "T1":
+                await self.t1()
         self.results.runtime_s = time.perf_counter() - began
         return self.results
 

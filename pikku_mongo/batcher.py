@@ -39,6 +39,9 @@ _DUPLICATE_KEY = 11000
 MAX_BATCH = 1000
 #: How many turns of the event loop a riding write waits for a batch to ride on.
 RIDE_TURNS = 4
+#: At most this many writes ride one batch (a body's next few; a long burst goes in
+#: plain bulk inserts of its own, which servers apply faster than a mixed bulkWrite).
+MAX_RIDERS = 32
 
 Kind = Literal["insert", "update", "guarded", "upsert"]
 
@@ -126,9 +129,11 @@ class Batcher:
         if self._riders is None or not self._riding_served:
             return []
         taken = [w for w in self._riders._queue if w.kind == "insert" and not w.sent]
+        taken = taken[:MAX_RIDERS]
         if taken:
-            self._riders._queue = [w for w in self._riders._queue if w not in taken]
-        return taken[: MAX_BATCH // 2]
+            chosen = set(map(id, taken))
+            self._riders._queue = [w for w in self._riders._queue if id(w) not in chosen]
+        return taken
 
     def _give_back(self, riders: Sequence[_Write]) -> None:
         assert self._riders is not None
