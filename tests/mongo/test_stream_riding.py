@@ -16,12 +16,17 @@ WRITES = {"insert", "update", "delete", "findAndModify", "bulkWrite"}
 
 
 class Commands(monitoring.CommandListener):
+    """The write commands sent, and those sent to the ``streams`` collection alone."""
+
     def __init__(self) -> None:
         self.names: list[str] = []
+        self.to_streams = 0
 
     def started(self, event: monitoring.CommandStartedEvent) -> None:
         if event.command_name in WRITES:
             self.names.append(event.command_name)
+            if str(event.command.get(event.command_name, "")).endswith("streams"):
+                self.to_streams += 1
 
     def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
         pass
@@ -46,7 +51,7 @@ def _register(engine: Engine) -> None:
         return 5
 
 
-async def _commands(uri: str, workflow: str) -> tuple[int, list[Any]]:
+async def _commands(uri: str, workflow: str) -> tuple[int, int, list[Any]]:
     listener = Commands()
     store = await mongo_store(uri, event_listeners=[listener])
     engine = Engine(store, lease_ttl="5s")
@@ -57,23 +62,25 @@ async def _commands(uri: str, workflow: str) -> tuple[int, list[Any]]:
             run_id = await engine.start(workflow)
             assert await engine.result(run_id, timeout=30) == 5
             used = len(listener.names) - before
+            apart = listener.to_streams
             entries = [e.value async for e in engine.read_stream(run_id, "progress")]
-        return used, entries
+        return used, apart, entries
     finally:
         await store.close()
 
 
 async def test_stream_writes_followed_by_a_step_cost_no_command_on_nx(nx_uri: str) -> None:
-    plain, _ = await _commands(nx_uri, "plain")
-    streamed, entries = await _commands(nx_uri, "streamed")
+    plain, _, _ = await _commands(nx_uri, "plain")
+    streamed, apart, entries = await _commands(nx_uri, "streamed")
     assert entries == [[i, j] for i in range(5) for j in range(3)]
-    assert streamed == plain
+    assert apart == 0  # every entry went in the write of the step after it
+    # The same write commands (give or take the one a step outcome takes when it is
+    # written on its own: when it is depends on timing, streams or not).
+    assert abs(streamed - plain) <= 1
 
 
 async def test_without_the_command_the_writes_of_a_boundary_share_one(mongoeco_uri: str) -> None:
-    plain, _ = await _commands(mongoeco_uri, "plain")
-    streamed, entries = await _commands(mongoeco_uri, "streamed")
+    _, _, _ = await _commands(mongoeco_uri, "plain")
+    _, apart, entries = await _commands(mongoeco_uri, "streamed")
     assert entries == [[i, j] for i in range(5) for j in range(3)]
-    # 15 writes, one command per step they precede (and the one refused probe of the
-    # client-level bulkWrite, once per store).
-    assert streamed - plain <= 6
+    assert apart <= 5  # 15 writes, one command per step they precede
