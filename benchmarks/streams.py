@@ -22,11 +22,12 @@ import re
 import statistics
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import bson
 
-from benchmarks.common import REPO_ROOT, Measurement, open_store
+from benchmarks.common import REPO_ROOT, Measurement, Summary, open_store, summarise
 from engine_core import Engine, WorkflowContext, current_step
 from engine_core.records import utcnow
 
@@ -167,6 +168,27 @@ def _shape(doc: dict[str, Any]) -> dict[str, Any]:
         else:
             out[key] = value
     return out
+
+
+async def measure_all(
+    uri: str, progress: Any, failed: Callable[[str, BaseException], None], into: list[Summary]
+) -> None:
+    """The suite's T1: each part once, its summary appended to ``into``."""
+    parts: list[tuple[str, Callable[[], Awaitable[Measurement]]]] = [
+        ("ride", lambda: ride(uri)),
+        ("reader", lambda: reader_latency(uri)),
+        ("size", lambda: run_size(uri)),
+    ]
+    for variant, fn in parts:
+        progress.stage(f"T1 mongo {variant}")
+        try:
+            measured = await fn()
+        except Exception as exc:
+            failed(f"T1 mongo {variant}", exc)
+            continue
+        finally:
+            progress.step()
+        into.append(summarise("T1", "mongo", variant, [measured]))
 
 
 async def _serve(uri: str) -> None:

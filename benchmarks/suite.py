@@ -360,28 +360,11 @@ class Suite:
                 self.results.summaries.append(summarise("Q1", kind, variant, [measured]))
 
     async def t1(self) -> None:
-        """Streams on MongoStore: riding commands, a reader in another process, and the
-        run document's size after 10,000 entries (one repetition each)."""
-        from benchmarks import streams
+        """Streams on MongoStore: see :mod:`benchmarks.streams` (one repetition each)."""
+        from benchmarks.streams import measure_all
 
-        if "mongo" not in self.systems or self.uri is None:
-            return
-        uri = self.uri
-        parts: list[tuple[str, Callable[[], Awaitable[Measurement]]]] = [
-            ("ride", lambda: streams.ride(uri)),
-            ("reader", lambda: streams.reader_latency(uri)),
-            ("size", lambda: streams.run_size(uri)),
-        ]
-        for variant, fn in parts:
-            self.progress.stage(f"T1 mongo {variant}")
-            try:
-                measured = await fn()
-            except Exception as exc:
-                self._failed(f"T1 mongo {variant}", exc)
-                continue
-            finally:
-                self.progress.step()
-            self.results.summaries.append(summarise("T1", "mongo", variant, [measured]))
+        if "mongo" in self.systems and self.uri is not None:
+            await measure_all(self.uri, self.progress, self._failed, self.results.summaries)
 
     async def profile_w1(self) -> None:
         from benchmarks.profile_w1 import profile_w1, summary_markdown
