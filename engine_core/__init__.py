@@ -28,7 +28,8 @@ from engine_core.errors import (
 from engine_core.fleet.recovery import RecoveryReport, WorkflowRecovery
 from engine_core.mirror import RunMirror
 from engine_core.records import Worker
-from engine_core.run.context import StepInfo, WorkflowContext, current_step
+from engine_core.run.context import WorkflowContext
+from engine_core.run.step_info import StepInfo, current_step
 from engine_core.schedules.times import Schedule
 from engine_core.status import (
     Divergence,

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS: list[set[str]] = [
     {"errors", "records", "tasks", "tracing", "metrics"},
     {"streams"},
-    {"memory.cloning", "run.results", "run.threads", "convert", "lifecycle_log"},
+    {"memory.cloning", "run.results", "run.threads", "run.step_info", "convert", "lifecycle_log"},
     {"durations", "values", "options", "store", "mirror", "journal", "fleet.timers", "outages"},
     {
         "run.keys",

@@ -137,7 +137,7 @@ async def test_limits_and_misuse_raise_errors_that_say_what_to_do(engine: Engine
         assert await _all(engine, run_id, "big") == []
         with pytest.raises(RunNotFoundError):
             await _all(engine, "no-such-run", "s")
-        with pytest.raises(RuntimeError, match="inside a step"):
+        with pytest.raises(RuntimeError, match="inside the step attempt"):
             from engine_core import StepInfo
 
             await StepInfo("r", "s", 1, "k").write_stream("s", 1)

@@ -17,9 +17,9 @@ from engine_core.errors import StoreUnavailableError
 from engine_core.mirror import mirror_step
 from engine_core.records import StepRecord, utcnow
 from engine_core.run.attempt import error_info, run_attempt
-from engine_core.run.context import StepInfo
 from engine_core.run.control import RunControl
 from engine_core.run.leases import KeepAlive
+from engine_core.run.step_info import StepInfo
 from engine_core.run.streams import AttemptStreams, previous_heartbeat
 from engine_core.run.threads import runs_in_thread
 from engine_core.run.transitions import Outcome, job_ended, job_returned, job_unclaimed, write
@@ -241,7 +241,6 @@ class Worker:
             attempt,
             idempotency_key(job.run_id, job.key),
             last_heartbeat=await previous_heartbeat(self.store, job.run_id, job.key, attempt),
-            hooks=AttemptStreams(self.store, renew),
         )
         try:
             async with KeepAlive(
@@ -255,6 +254,7 @@ class Worker:
                         info,
                         lambda: function(from_json(job.payload, declared_parameter(function, 0))),
                         threaded=runs_in_thread(function),
+                        hooks=AttemptStreams(self.store, renew),
                         slots=self.runtime.slots,
                         timeout=job.timeout,
                         traceparent=job.traceparent,

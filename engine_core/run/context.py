@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable, Coroutine
-from contextvars import ContextVar, Token
-from dataclasses import dataclass, field
 from typing import Any, Literal, ParamSpec, Protocol, TypeVar, TypeVarTuple, overload
 
 from engine_core.convert import declared_return, from_json
@@ -13,61 +11,6 @@ from engine_core.durations import Duration
 from engine_core.errors import StoreUnavailableError
 from engine_core.outages import StoreDown
 from engine_core.values import check_name
-
-
-class StepHooks(Protocol):
-    """What a step attempt writes streams and heartbeats with (``engine_core.run.streams``)."""
-
-    async def write_stream(self, info: StepInfo, key: str, value: Any) -> None: ...
-
-    async def heartbeat(self, info: StepInfo, details: Any) -> None: ...
-
-
-@dataclass(frozen=True)
-class StepInfo:
-    """The step attempt the current code runs in. ``last_heartbeat``: the details the
-    last heartbeat of an earlier attempt of this step left (None when none did)."""
-
-    run_id: str
-    step: str
-    attempt: int
-    idempotency_key: str
-    last_heartbeat: Any = field(default=None, compare=False)
-    hooks: StepHooks | None = field(default=None, compare=False, repr=False)
-
-    async def write_stream(self, key: str, value: Any) -> None:
-        """Append ``value`` to the run's stream ``key``, tagged with this attempt and a
-        count from 0 (``entry.attempt``, ``entry.n``): readers can drop the entries of an
-        attempt that a later one superseded. Raises ``StreamTooLargeError`` past the
-        stream's limit (``engine_core.streams``)."""
-        await self._hooks().write_stream(self, key, value)
-
-    async def heartbeat(self, details: Any = None) -> None:
-        """Keep ``details`` for the next attempt (its ``last_heartbeat``) and, in a
-        dispatched step, renew this worker's claim on the step."""
-        await self._hooks().heartbeat(self, details)
-
-    def _hooks(self) -> StepHooks:
-        if self.hooks is None:
-            raise RuntimeError("streams and heartbeats work only inside a step the engine runs")
-        return self.hooks
-
-
-_current_step: ContextVar[StepInfo | None] = ContextVar("engine_core_current_step", default=None)
-
-
-def current_step() -> StepInfo | None:
-    """Inside a step: its run id, step name, attempt (1-based) and idempotency key."""
-    return _current_step.get()
-
-
-def enter_step(info: StepInfo) -> Token[StepInfo | None]:
-    """Make ``info`` the current step (until :func:`leave_step` with the token)."""
-    return _current_step.set(info)
-
-
-def leave_step(token: Token[StepInfo | None]) -> None:
-    _current_step.reset(token)
 
 
 class ValueMismatch(BaseException):

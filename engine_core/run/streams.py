@@ -9,7 +9,7 @@ from typing import Any
 
 from engine_core.errors import StreamClosedError, StreamConflictError
 from engine_core.records import utcnow
-from engine_core.run.context import StepInfo
+from engine_core.run.step_info import StepInfo
 from engine_core.store import Store
 from engine_core.streams import StreamEntry, check_entry
 from engine_core.values import check_name, to_stored
