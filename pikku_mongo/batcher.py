@@ -149,10 +149,16 @@ class Batcher:
         """``batch`` and ``riders`` in one command, the riders settled here; None when the
         server serves no such command (the riders go back to their own batcher)."""
         assert self._riders is not None
+        # Counted as sent first: a write sent again after a lost reply looks whether
+        # its first try landed.
+        for write in (*batch, *riders):
+            write.sent += 1
         try:
             outcomes = await send_riding(self.collection, self._riders.collection, batch, riders)
         except NotServed as exc:
             log.info("no client-level bulkWrite on this server (%s): streams write apart", exc)
+            for write in (*batch, *riders):
+                write.sent -= 1  # nothing was applied
             self._riding_served = False
             self._give_back(riders)
             return None
@@ -162,8 +168,6 @@ class Batcher:
         self.commands += 1
         self.writes += len(batch)
         self._riders.writes += len(riders)
-        for write in riders:
-            write.sent += 1
         for write, outcome in zip(riders, outcomes[len(batch) :], strict=True):
             if write.future.done():
                 continue
@@ -226,8 +230,6 @@ class Batcher:
         if riders:
             riding = await self._send_riding(batch, riders)
             if riding is not None:
-                for write in batch:
-                    write.sent += 1
                 return riding
         self.commands += 1
         self.writes += len(batch)

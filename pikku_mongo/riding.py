@@ -63,6 +63,10 @@ async def send_riding(
     except InvalidOperation as exc:  # refused before sending (an older server)
         raise NotServed(str(exc)) from exc
     except ClientBulkWriteException as exc:
+        if isinstance(exc.error, BaseException):
+            # The command failed as a whole (a lost connection, a stepped-down primary):
+            # what it was is what decides a retry, and every write is sent again.
+            raise exc.error from exc
         if exc.partial_result is None or exc.write_concern_errors:
             raise
         result = exc.partial_result
