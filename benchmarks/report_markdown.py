@@ -4,6 +4,8 @@ context of the run."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from benchmarks.common import Summary
 from benchmarks.numbers import X, num, ratio, thousands
 from benchmarks.report_floor import floor_markdown
@@ -225,6 +227,22 @@ def _rows(r: Results) -> list[Row]:
                     q1_cmds,
                 )
             )
+
+    # T1: streams.
+    t1_rows: tuple[tuple[str, str, str, Callable[[Summary], str]], ...] = (
+        ("ride", "T1: a body's stream write followed by a step", "extra write commands",
+         lambda t: num(t.extra.get("extra_commands_per_write", 0))),
+        ("reader", "T1: a stream entry seen by a reader in another process", "ms, median (max)",
+         lambda t: f"{num(t.extra.get('median_ms', 0))} ({num(t.extra.get('max_ms', 0))})"),
+        ("size", "T1: run document growth after 10,000 entries in one stream",
+         "bytes (entries/s)",
+         lambda t: f"{num(t.extra.get('run_doc_growth_bytes', 0))} "
+         f"({num(t.extra.get('entries_per_s', 0))})"),
+    )  # fmt: skip
+    for variant, title, unit, render in t1_rows:
+        t1 = r.get("T1", "mongo", variant)
+        if t1 is not None:
+            rows.append((title, unit, "—", render(t1), "—", "—", "—", "—"))
 
     # W6: recovery passes over parked runs.
     titles = {

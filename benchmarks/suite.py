@@ -46,7 +46,7 @@ from benchmarks.report import save
 from benchmarks.report_markdown import full_markdown
 from benchmarks.results import Results
 
-WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6", "S1", "Q1")
+WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6", "S1", "Q1", "T1")
 SYSTEMS = ("memory", "mongo", "dbos")
 DBOS_WORKLOADS = ("W1", "W2", "W3", "W4")
 
@@ -104,6 +104,8 @@ def plan_units(sizes: Sizes, workloads: list[str], systems: list[str]) -> int:
             units += ("memory" in systems) + ("mongo" in systems)
         elif w == "Q1":
             units += len(sizes.q1_limits) * (("memory" in systems) + ("mongo" in systems))
+        elif w == "T1":
+            units += 3 * ("mongo" in systems)
     return units
 
 
@@ -367,6 +369,13 @@ class Suite:
                     self.progress.step()
                 self.results.summaries.append(summarise("Q1", kind, variant, [measured]))
 
+    async def t1(self) -> None:
+        """Streams on MongoStore: see :mod:`benchmarks.streams` (one repetition each)."""
+        from benchmarks.streams import measure_all
+
+        if "mongo" in self.systems and self.uri is not None:
+            await measure_all(self.uri, self.progress, self._failed, self.results.summaries)
+
     async def profile_w1(self) -> None:
         from benchmarks.profile_w1 import profile_w1, summary_markdown
 
@@ -408,6 +417,8 @@ class Suite:
                 await self.s1()
             elif workload == "Q1":
                 await self.q1()
+            elif workload == "T1":
+                await self.t1()
         self.results.runtime_s = time.perf_counter() - began
         return self.results
 

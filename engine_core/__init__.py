@@ -20,6 +20,7 @@ from engine_core.errors import (
     StepFailedError,
     StepNotFoundError,
     StoreUnavailableError,
+    StreamTooLargeError,
     WorkflowDeadlineExceededError,
     WorkflowNotRegisteredError,
     WorkflowRunCancelledError,
@@ -29,7 +30,8 @@ from engine_core.fleet.recovery import RecoveryReport, WorkflowRecovery
 from engine_core.mirror import RunMirror
 from engine_core.records import Worker
 from engine_core.run.bulk import BulkReport
-from engine_core.run.context import StepInfo, WorkflowContext, current_step
+from engine_core.run.context import WorkflowContext
+from engine_core.run.step_info import StepInfo, current_step
 from engine_core.schedules.times import Schedule
 from engine_core.status import (
     Divergence,
@@ -40,6 +42,7 @@ from engine_core.status import (
     TimelineEntry,
 )
 from engine_core.store import Store
+from engine_core.streams import StreamEntry
 from engine_core.tracing import TraceIdFilter
 
 __all__ = [
@@ -73,6 +76,8 @@ __all__ = [
     "StepStatus",
     "Store",
     "StoreUnavailableError",
+    "StreamEntry",
+    "StreamTooLargeError",
     "TimelineEntry",
     "TraceIdFilter",
     "Worker",

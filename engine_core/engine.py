@@ -10,7 +10,7 @@ recovery, run control); the engine wires them together through a
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from datetime import datetime, timedelta
 from types import TracebackType
@@ -36,6 +36,7 @@ from engine_core.repair_api import MAX_FORKS, RepairApi
 from engine_core.run.context import register_fn
 from engine_core.run.replay_check import replay_check
 from engine_core.run.results import outcome
+from engine_core.run.stream_reader import read_stream
 from engine_core.runtime import EngineConfig
 from engine_core.schedule_api import ScheduleApi
 from engine_core.schedules.control import ScheduleControl
@@ -50,6 +51,7 @@ from engine_core.status import (
     timeline,
 )
 from engine_core.store import Store
+from engine_core.streams import StreamEntry
 from engine_core.values import (
     check_moment,
     check_name,
@@ -248,6 +250,14 @@ class Engine(ScheduleApi, RepairApi):
         forks = await self._call(lambda: self.store.list_forks(run_id, limit=MAX_FORKS))
         return replace(status, forks=len(forks)) if forks else status
 
+    def read_stream(
+        self, run_id: str, key: str, offset: int = 0, timeout: Duration | None = None
+    ) -> AsyncIterator[StreamEntry]:
+        """The run's stream ``key`` from position ``offset``, in order, as entries come
+        (``entry.value``); ends at ``close_stream`` or when the run ends. ``timeout``:
+        ``TimeoutError`` if it has not ended by then. See ``engine_core.streams``."""
+        return read_stream(self.store, run_id, key, offset=offset, timeout=timeout)
+
     async def history(self, run_id: str) -> list[TimelineEntry]:
         """Every attempt of every step of the run, with the time of each transition."""
         run = await self._call(lambda: self._control.get(run_id))
@@ -355,7 +365,7 @@ class Engine(ScheduleApi, RepairApi):
 
     async def delete_finished_runs(self, older_than: Duration, *, batch: int = 500) -> int:
         """Delete terminal runs last updated more than ``older_than`` ago, with their steps
-        and events; runs that are not terminal are never touched. Returns the count."""
+        events and streams; runs that are not terminal are never touched. Returns the count."""
         age = parse_duration(older_than, what="older_than")
         before = utcnow() - timedelta(seconds=age)
         return await self._call(lambda: self._control.delete_finished(before, batch))

@@ -151,3 +151,20 @@ class NonDeterminismError(EngineError):
         self.recorded = recorded
         self.found = found
         self.reason = reason
+
+
+class StreamTooLargeError(EngineError, ValueError):
+    """A stream write went past the per-stream limit (see ``engine_core.streams``:
+    at most ``STREAM_MAX_ENTRIES`` entries, each at most ``STREAM_MAX_ENTRY_BYTES`` of
+    JSON). Nothing was written; split the data over several streams or entries."""
+
+
+class StreamClosedError(EngineError, ValueError):
+    """A write to a stream that was closed (``ctx.close_stream``). Nothing was written;
+    write to another stream."""
+
+
+class StreamConflictError(EngineError, ValueError):
+    """A workflow body's stream position holds an entry a step wrote: the body and its
+    steps must write different streams (a body's positions are its own, counted again on
+    each replay)."""

@@ -27,6 +27,7 @@ from engine_core.records import (
     StepRecord,
     Worker,
 )
+from engine_core.streams import StreamEntry
 
 
 @runtime_checkable
@@ -214,7 +215,8 @@ class Store(Protocol):
 
     async def delete_runs(self, *, finished_before: datetime, limit: int) -> int:
         """Delete up to ``limit`` terminal runs last updated before ``finished_before``,
-        with their steps and events. Returns how many runs were deleted."""
+        with their steps, events, streams and heartbeats. Returns how many runs were
+        deleted."""
 
     # ---- forks (``engine.fork``) -----------------------------------------------
 
@@ -410,6 +412,39 @@ class Store(Protocol):
         """The event ``consumer`` took already, else the oldest unconsumed event of
         that name, marked consumed by ``consumer`` (atomically; two consumers never
         take one event). None when there is none."""
+
+    # ---- streams (DESIGN 3g; see engine_core.streams) ---------------------------
+
+    async def append_stream(self, entry: StreamEntry) -> StreamEntry | None:
+        """Insert ``entry`` at its position of its stream unless that position is taken.
+
+        None when this call inserted it (also when a repeat after a lost reply finds its
+        own first try), else the entry that holds the position, unchanged. Of any number
+        of concurrent appends at one position exactly one lands."""
+
+    async def stream_entries(
+        self, run_id: str, key: str, *, offset: int, limit: int
+    ) -> list[StreamEntry]:
+        """Up to ``limit`` entries of the stream from position ``offset`` on, in order of
+        position (one query, served by an index)."""
+
+    async def stream_length(self, run_id: str, key: str) -> int:
+        """One more than the stream's highest position; 0 for a stream with no entry."""
+
+    async def list_streams(self, run_id: str) -> list[str]:
+        """The keys of the run's streams that have an entry, sorted."""
+
+    def stream_hints(self, run_id: str) -> AsyncIterator[None] | None:
+        """Wake-ups for readers of the run's streams: yields when an entry of the run may
+        have been appended by any process (a hint, never a promise), or None when the
+        store has no way to tell; readers then poll with a backoff."""
+
+    async def put_heartbeat(self, run_id: str, key: str, *, attempt: int, details: Any) -> None:
+        """Keep ``details`` as the last heartbeat of step ``key`` (from ``attempt``),
+        replacing the one kept, unless that one is from a later attempt."""
+
+    async def get_heartbeat(self, run_id: str, key: str) -> tuple[int, Any] | None:
+        """The attempt and details of step ``key``'s last heartbeat, or None."""
 
     # ---- leases -----------------------------------------------------------------
 

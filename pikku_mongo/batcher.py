@@ -29,6 +29,7 @@ from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import BulkWriteError, DocumentTooLarge, DuplicateKeyError, OperationFailure
 
 from pikku_mongo.retry import is_transient, retrying, unavailable
+from pikku_mongo.riding import NotServed, send_riding
 
 log = logging.getLogger("pikku_mongo.batcher")
 
@@ -36,6 +37,11 @@ Doc = dict[str, Any]
 _DUPLICATE_KEY = 11000
 #: At most this many writes in one bulk (well under the server's 100,000 and 48 MB).
 MAX_BATCH = 1000
+#: How many turns of the event loop a riding write waits for a batch to ride on.
+RIDE_TURNS = 4
+#: At most this many writes ride one batch (a body's next few; a long burst goes in
+#: plain bulk inserts of its own, which servers apply faster than a mixed bulkWrite).
+MAX_RIDERS = 32
 
 Kind = Literal["insert", "update", "guarded", "upsert"]
 
@@ -59,7 +65,9 @@ class Batcher:
     ``scratch`` matches a document that only a guarded upsert can have created (one with
     none of the fields every real document has), so it can be deleted."""
 
-    def __init__(self, collection: AsyncCollection[Doc], scratch: Doc) -> None:
+    def __init__(
+        self, collection: AsyncCollection[Doc], scratch: Doc, *, ride_on: Batcher | None = None
+    ) -> None:
         self.collection = collection
         self._scratch = scratch
         self._queue: list[_Write] = []
@@ -67,6 +75,13 @@ class Batcher:
         #: Commands sent and writes they carried, for tests and benchmarks.
         self.commands = 0
         self.writes = 0
+        # Riding (pikku_mongo.riding): this batcher's inserts wait a few turns for the
+        # next batch of ``ride_on``, which takes them into its own command.
+        self._ride_on = ride_on
+        self._riders: Batcher | None = None
+        self._riding_served = True
+        if ride_on is not None:
+            ride_on._riders = self
 
     def insert(self, doc: Doc, confirm: Confirm | None = None) -> asyncio.Future[bool]:
         """Insert ``doc``; False when a document with its ``_id`` exists. An insert sent
@@ -102,8 +117,69 @@ class Batcher:
         self._queue.append(_Write(kind, filter, update, future, confirm))
         if self._task is None:
             # Started on the next turn of the loop: writes submitted meanwhile join it.
-            self._task = asyncio.ensure_future(self._drain())
+            ride = self._ride_on is not None and self._ride_on._riding_served
+            self._task = asyncio.ensure_future(self._drain_later() if ride else self._drain())
         return future
+
+    # ---- riding (see pikku_mongo.riding) ------------------------------------------
+
+    async def _drain_later(self) -> None:
+        """Give the batcher ridden on a few turns to take the queue; send what is left."""
+        for _ in range(RIDE_TURNS):
+            await asyncio.sleep(0)
+        await self._drain()
+
+    def _take_riders(self) -> list[_Write]:
+        if self._riders is None or not self._riding_served:
+            return []
+        taken = [w for w in self._riders._queue if w.kind == "insert" and not w.sent]
+        taken = taken[:MAX_RIDERS]
+        if taken:
+            chosen = set(map(id, taken))
+            self._riders._queue = [w for w in self._riders._queue if id(w) not in chosen]
+        return taken
+
+    def _give_back(self, riders: Sequence[_Write]) -> None:
+        assert self._riders is not None
+        back = [w for w in riders if not w.future.done()]
+        if back:
+            self._riders._queue[:0] = back
+            if self._riders._task is None:
+                self._riders._task = asyncio.ensure_future(self._riders._drain())
+
+    async def _send_riding(
+        self, batch: Sequence[_Write], riders: Sequence[_Write]
+    ) -> list[bool | BaseException] | None:
+        """``batch`` and ``riders`` in one command, the riders settled here; None when the
+        server serves no such command (the riders go back to their own batcher)."""
+        assert self._riders is not None
+        # Counted as sent first: a write sent again after a lost reply looks whether
+        # its first try landed.
+        for write in (*batch, *riders):
+            write.sent += 1
+        try:
+            outcomes = await send_riding(self.collection, self._riders.collection, batch, riders)
+        except NotServed as exc:
+            log.info("no client-level bulkWrite on this server (%s): streams write apart", exc)
+            for write in (*batch, *riders):
+                write.sent -= 1  # nothing was applied
+            self._riding_served = False
+            self._give_back(riders)
+            return None
+        except BaseException:
+            self._give_back(riders)
+            raise
+        self.commands += 1
+        self.writes += len(batch)
+        self._riders.writes += len(riders)
+        for write, outcome in zip(riders, outcomes[len(batch) :], strict=True):
+            if write.future.done():
+                continue
+            if isinstance(outcome, BaseException):
+                write.future.set_exception(outcome)
+            else:
+                write.future.set_result(outcome)
+        return outcomes[: len(batch)]
 
     async def _drain(self) -> None:
         try:
@@ -154,6 +230,11 @@ class Batcher:
                 write.future.set_result(outcome)
 
     async def _send(self, batch: Sequence[_Write]) -> list[bool | BaseException]:
+        riders = self._take_riders()
+        if riders:
+            riding = await self._send_riding(batch, riders)
+            if riding is not None:
+                return riding
         self.commands += 1
         self.writes += len(batch)
         for write in batch:

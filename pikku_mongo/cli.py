@@ -3,6 +3,7 @@
     pikku-mongo runs list [--workflow W] [--status S] [--version V] [--limit N] [--after ID]
                           [--order O]
     pikku-mongo runs show RUN_ID
+    pikku-mongo runs tail RUN_ID [--stream KEY]
     pikku-mongo runs cancel RUN_ID [--compensate]
     pikku-mongo runs suspend RUN_ID | resume RUN_ID | retry RUN_ID
     pikku-mongo runs fork RUN_ID [--from STEP] [--new-run-id ID] [--keep-idempotency-keys]
@@ -67,6 +68,8 @@ from pikku_mongo.replay_cli import replay_check_command
 from pikku_mongo.server import ensure_reachable, short_reason
 from pikku_mongo.shard_keys import shard_commands
 from pikku_mongo.store import MongoStore, _database_name, _redact
+from pikku_mongo.tail_cli import add_parser as add_tail
+from pikku_mongo.tail_cli import tail
 
 #: The statuses ``runs list --status`` accepts.
 RUN_STATUSES: tuple[str, ...] = tuple(get_args(RunState))
@@ -209,6 +212,14 @@ async def _run(args: argparse.Namespace, uri: str) -> Any:
         await store.close()
 
 
+async def _tail(args: argparse.Namespace, uri: str) -> int:
+    store = await _connect(uri)
+    try:
+        return await tail(store, args.run_id, args.stream, args.json)
+    finally:
+        await store.close()
+
+
 async def _schedules(engine: Engine, args: argparse.Namespace) -> tuple[Any, str]:
     """``pikku-mongo schedules ...``: list them, or pause, resume or delete one."""
     action = args.schedule_action
@@ -306,6 +317,7 @@ def _parser() -> argparse.ArgumentParser:
             action.add_argument(
                 "--compensate", action="store_true", help="run the compensations of finished steps"
             )
+    add_tail(actions, common)
     queues = sub.add_parser("queues", help="the queues and their figures")
     queue_actions = queues.add_subparsers(dest="queue_action", required=True)
     queue_actions.add_parser(
@@ -410,6 +422,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             data, text, code = asyncio.run(_doctor(uri))
         elif args.command == "shard-plan":
             data, text = _shard_plan(uri)
+        elif args.command == "runs" and args.action == "tail":
+            return asyncio.run(_tail(args, uri))  # printed as the entries come
         else:
             data, text = asyncio.run(_run(args, uri))
     except ServerUnreachableError as exc:

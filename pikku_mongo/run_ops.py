@@ -77,6 +77,8 @@ class RunOps(DedupOps):
     runs: AsyncCollection[Doc]
     steps: AsyncCollection[Doc]
     events: AsyncCollection[Doc]
+    streams: AsyncCollection[Doc]
+    heartbeats: AsyncCollection[Doc]
     run_writes: Batcher
 
     # ---- creating and reading ---------------------------------------------------
@@ -427,8 +429,8 @@ class RunOps(DedupOps):
     @transient_retry
     async def delete_runs(self, *, finished_before: datetime, limit: int) -> int:
         """1 find per terminal status (the least recently updated first); when it finds
-        runs, 1 bulk delete of their steps, 1 of their events, 1 of their dedup claims,
-        then 1 delete of the runs
+        runs, 1 bulk delete of their steps, 1 of their events, 1 of their stream entries, 1 of
+        their heartbeats, 1 of their dedup claims, then 1 delete of the runs
         (so a crash in between leaves the run to be found again, never orphans)."""
         if check_int(limit, "limit") <= 0:
             return 0
@@ -446,6 +448,8 @@ class RunOps(DedupOps):
         by_run = [DeleteMany({"run_id": eq(run_id)}) for run_id in ids]
         await self.steps.bulk_write(by_run, ordered=False)
         await self.events.bulk_write(by_run, ordered=False)
+        await self.streams.bulk_write(by_run, ordered=False)
+        await self.heartbeats.bulk_write(by_run, ordered=False)
         await self.dedup.delete_many({"run_id": {"$in": ids}})
         result = await self.runs.delete_many(
             {"_id": {"$in": ids}, "status": {"$in": sorted(TERMINAL)}, "updated_at": cutoff}

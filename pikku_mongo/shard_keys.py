@@ -1,7 +1,8 @@
 """The shard key of each collection, the filters that carry it, and the check that they do.
 
 On a sharded cluster (DESIGN.md 7b) ``runs`` and ``dedup`` are sharded on
-``{_id: "hashed"}``, ``steps`` and ``events`` on ``{run_id: "hashed"}``; ``leases``,
+``{_id: "hashed"}``, ``steps``, ``events``, ``streams`` and ``heartbeats`` on
+``{run_id: "hashed"}``; ``leases``,
 ``queues``, ``queue_limits``, ``schedules``, ``workers``, ``forks`` (markers of forks
 being made) and ``meta`` stay unsharded. A
 single-document write (an update or delete of one document, a findAndModify) and every
@@ -24,7 +25,14 @@ from pikku_mongo.documents import Doc, step_doc_id
 from pikku_mongo.encoding import pack
 
 #: Collection (without the store's prefix) -> its shard key's one field (hashed).
-SHARD_KEYS: dict[str, str] = {"runs": "_id", "steps": "run_id", "events": "run_id", "dedup": "_id"}
+SHARD_KEYS: dict[str, str] = {
+    "runs": "_id",
+    "steps": "run_id",
+    "events": "run_id",
+    "streams": "run_id",
+    "heartbeats": "run_id",
+    "dedup": "_id",
+}
 #: The collections that stay unsharded (small, or read and written store-wide).
 UNSHARDED = ("leases", "queues", "queue_limits", "schedules", "workers", "forks", "meta")
 

@@ -19,6 +19,8 @@ Collections (``prefix`` + name):
   written, its run not yet): see :mod:`pikku_mongo.fork_ops`.
 * ``dedup``: ``_id`` = a (queue, dedup id) key; the run holding it (see
   :mod:`pikku_mongo.dedup_ops`).
+* ``streams`` and ``heartbeats``: a run's stream entries, one document each, and its
+  steps' last heartbeats. See :mod:`pikku_mongo.stream_ops`.
 * ``queues``: ``_id`` = queue name; each queue's admission state, replaced by
   compare-and-set on its version. See :mod:`pikku_mongo.queue_ops`.
 
@@ -98,6 +100,7 @@ from pikku_mongo.run_ops import RunOps
 from pikku_mongo.schedule_ops import ScheduleOps
 from pikku_mongo.server import ClockOffset, measure_clock_offset
 from pikku_mongo.step_ops import StepOps
+from pikku_mongo.stream_ops import StreamOps
 from pikku_mongo.watch import job_inserts
 from pikku_mongo.worker_ops import WorkerOps
 
@@ -118,7 +121,15 @@ _BY_ID = [("_id", 1)]
 
 
 class MongoStore(
-    RunOps, ListingOps, StepOps, QueueOps, ScheduleOps, WorkerOps, DeclaredOps, ForkOps
+    RunOps,
+    ListingOps,
+    StepOps,
+    QueueOps,
+    ScheduleOps,
+    WorkerOps,
+    DeclaredOps,
+    ForkOps,
+    StreamOps,
 ):
     """The engine's store on a MongoDB database (see the module docstring)."""
 
@@ -163,11 +174,16 @@ class MongoStore(
         self.queue_limits = self._collection("queue_limits")
         self.forks = self._collection("forks")
         self.dedup = self._collection("dedup")
+        self.streams = self._collection("streams")
+        self.heartbeats = self._collection("heartbeats")
         # Group commit, one queue per collection written on the hot path. A document a
         # guarded upsert created has none of the fields every real document has.
         self.run_writes = Batcher(self.runs, {"workflow": {"$exists": False}})
         self.step_writes = Batcher(self.steps, {"fmt": {"$exists": False}})
         self.dedup_writes = Batcher(self.dedup, {"run_id": {"$exists": False}})
+        self.stream_writes = Batcher(
+            self.streams, {"pos": {"$exists": False}}, ride_on=self.run_writes
+        )
 
     @classmethod
     def from_uri(
@@ -249,6 +265,7 @@ class MongoStore(
             self.runs, self.steps, self.events, self.leases, ttl=not self._ttl_refused
         )
         self._ttl_refused = self._ttl_refused or not created
+        await self.create_stream_indexes()
 
     async def clock_offset(self, samples: int = 5) -> ClockOffset | None:
         """This host's clock against the server's: ``samples`` ``hello`` commands, the

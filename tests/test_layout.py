@@ -16,7 +16,8 @@ ROOT = Path(__file__).resolve().parents[1]
 #: strictly below its own.
 LAYERS: list[set[str]] = [
     {"errors", "records", "tasks", "tracing", "metrics"},
-    {"memory.cloning", "run.results", "run.threads", "convert", "lifecycle_log"},
+    {"streams"},
+    {"memory.cloning", "run.results", "run.threads", "run.step_info", "convert", "lifecycle_log"},
     {"durations", "values", "options", "store", "mirror", "journal", "fleet.timers", "outages"},
     {
         "run.keys",
@@ -27,6 +28,7 @@ LAYERS: list[set[str]] = [
         "memory.events",
         "memory.steps",
         "memory.workers",
+        "memory.streams",
     },
     {"memory.store"},
     {
@@ -42,7 +44,7 @@ LAYERS: list[set[str]] = [
         "flow.starts",
         "fleet.registry",
     },
-    {"testing.builders", "run.reentry"},
+    {"testing.builders", "run.reentry", "run.streams"},
     {
         "run.attempt",
         "run.control",
@@ -58,12 +60,13 @@ LAYERS: list[set[str]] = [
         "testing.replay_cases",
         "testing.operator_cases",
         "testing.fork_cases",
+        "testing.stream_cases",
     },
     {"testing.conformance"},
     {"testing"},
     {"run.pass_state"},
     {"run.inline", "run.waits", "run.patches"},
-    {"run.run_pass"},
+    {"run.run_pass", "run.stream_reader"},
     {
         "run.driver",
         "run.replay_check",
@@ -185,6 +188,7 @@ def test_the_top_of_engine_core_holds_only_what_every_wing_shares_or_the_user_se
         "outages",
         "lifecycle_log",
         "metrics",
+        "streams",
         "periodic",
         "status",
         "runtime",
@@ -255,6 +259,8 @@ def test_the_public_surface_of_engine_core() -> None:
         "StepStatus",
         "Store",
         "StoreUnavailableError",
+        "StreamEntry",
+        "StreamTooLargeError",
         "TimelineEntry",
         "TraceIdFilter",
         "Worker",
@@ -313,4 +319,5 @@ def test_the_engine_exposes_no_mechanism_as_public_api() -> None:
         "fork_many",
         "cancel_many",
         "retry_many",
+        "read_stream",
     }

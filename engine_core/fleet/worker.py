@@ -17,9 +17,10 @@ from engine_core.errors import StoreUnavailableError
 from engine_core.mirror import mirror_step
 from engine_core.records import StepRecord, utcnow
 from engine_core.run.attempt import error_info, run_attempt
-from engine_core.run.context import StepInfo
 from engine_core.run.control import RunControl
 from engine_core.run.leases import KeepAlive
+from engine_core.run.step_info import StepInfo
+from engine_core.run.streams import AttemptStreams, previous_heartbeat
 from engine_core.run.threads import runs_in_thread
 from engine_core.run.transitions import Outcome, job_ended, job_returned, job_unclaimed, write
 from engine_core.runtime import Runtime
@@ -223,9 +224,6 @@ class Worker:
                 return
         function = self.runtime.step_fn(job.function or "")
         assert function is not None, "claims only take jobs of registered step functions"
-        info = StepInfo(
-            job.run_id, job.key, attempt, idempotency_key(job.idempotency_of or job.run_id, job.key)
-        )
         attributes = {
             "workflow.run_id": job.run_id,
             "workflow.step": job.key,
@@ -247,6 +245,13 @@ class Worker:
                 claim_ttl=self.runtime.config.lease_ttl,
             )
 
+        info = StepInfo(
+            job.run_id,
+            job.key,
+            attempt,
+            idempotency_key(job.idempotency_of or job.run_id, job.key),
+            last_heartbeat=await previous_heartbeat(self.store, job.run_id, job.key, attempt),
+        )
         try:
             async with KeepAlive(
                 renew,
@@ -259,6 +264,7 @@ class Worker:
                         info,
                         lambda: function(from_json(job.payload, declared_parameter(function, 0))),
                         threaded=runs_in_thread(function),
+                        hooks=AttemptStreams(self.store, renew),
                         slots=self.runtime.slots,
                         timeout=job.timeout,
                         traceparent=job.traceparent,

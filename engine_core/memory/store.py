@@ -16,6 +16,7 @@ from engine_core.memory.cloning import clone
 from engine_core.memory.events import EventLeaseMemory
 from engine_core.memory.flow import FlowMemory
 from engine_core.memory.steps import StepMemory
+from engine_core.memory.streams import StreamMemory
 from engine_core.memory.workers import WorkerMemory
 from engine_core.records import (
     ACTIVE,
@@ -32,7 +33,7 @@ from engine_core.records import (
 )
 
 
-class InMemoryStore(StepMemory, EventLeaseMemory, FlowMemory, WorkerMemory):
+class InMemoryStore(StepMemory, EventLeaseMemory, FlowMemory, WorkerMemory, StreamMemory):
     """A single-process store that keeps everything in dicts."""
 
     def __init__(self) -> None:
@@ -397,6 +398,7 @@ class InMemoryStore(StepMemory, EventLeaseMemory, FlowMemory, WorkerMemory):
         self._steps = {k: s for k, s in self._steps.items() if k[0] not in gone}
         self._scheduled = None
         self._events = [e for e in self._events if e.run_id not in gone]
+        self._drop_streams(gone)
         return len(doomed)
 
     # ---- operating (the dashboard) ----------------------------------------------

@@ -11,7 +11,7 @@ from typing import Any, cast
 
 import engine_core.metrics as metrics
 from engine_core.errors import StepFailedError
-from engine_core.run.context import StepInfo, enter_step, leave_step
+from engine_core.run.step_info import StepHooks, StepInfo, enter_step, leave_step
 from engine_core.run.threads import call_in_thread
 from engine_core.tracing import attempt_span, record_failure, tracing_configured
 from engine_core.values import to_stored
@@ -53,23 +53,25 @@ async def run_attempt(
     traceparent: str | None,
     attributes: dict[str, Any],
     threaded: bool = False,
+    hooks: StepHooks | None = None,
 ) -> Any:
     """Run ``call()`` as attempt ``info``: in a span of the run's trace, with
-    :func:`~engine_core.current_step` set, holding one of ``slots``, within ``timeout``
-    seconds; ``threaded``: in a worker thread (see :mod:`engine_core.run.threads`).
+    :func:`~engine_core.current_step` set (its streams written with ``hooks``), holding
+    one of ``slots``, within ``timeout`` seconds; ``threaded``: in a worker thread (see
+    :mod:`engine_core.run.threads`).
     Returns the result as it is checkpointed; raises what the attempt raised (a result
     that cannot be checkpointed raises ``NotSerializableError``)."""
     if metrics.enabled():
-        return await _measured(info, call, slots, timeout, traceparent, attributes, threaded)
+        return await _measured(info, call, slots, timeout, traceparent, attributes, threaded, hooks)
     if not tracing_configured():
         # No SDK: no span to build (this runs for every attempt).
-        token = enter_step(info)
+        token = enter_step(info, hooks)
         try:
             return await _call(call, slots, timeout, info.step, threaded)
         finally:
             leave_step(token)
     with attempt_span(traceparent, info.step, attributes) as span:
-        token = enter_step(info)
+        token = enter_step(info, hooks)
         try:
             return await _call(call, slots, timeout, info.step, threaded)
         except Exception as exc:
@@ -87,6 +89,7 @@ async def _measured(
     traceparent: str | None,
     attributes: dict[str, Any],
     threaded: bool,
+    hooks: StepHooks | None,
 ) -> Any:
     """:func:`run_attempt` with its metrics: the attempt's duration (from when it has a
     step slot) and outcome, one data point each per attempt."""
@@ -96,14 +99,14 @@ async def _measured(
     slots = cast(asyncio.Semaphore, metered)
     try:
         if not tracing_configured():  # as in run_attempt: no span to build
-            token = enter_step(info)
+            token = enter_step(info, hooks)
             try:
                 result = await _call(call, slots, timeout, info.step, threaded)
             finally:
                 leave_step(token)
         else:
             with attempt_span(traceparent, info.step, attributes) as span:
-                token = enter_step(info)
+                token = enter_step(info, hooks)
                 try:
                     result = await _call(call, slots, timeout, info.step, threaded)
                 except Exception as exc:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable, Coroutine
-from contextvars import ContextVar, Token
-from dataclasses import dataclass
 from typing import Any, Literal, ParamSpec, Protocol, TypeVar, TypeVarTuple, overload
 
 from engine_core.convert import declared_return, from_json
@@ -13,33 +11,6 @@ from engine_core.durations import Duration
 from engine_core.errors import StoreUnavailableError
 from engine_core.outages import StoreDown
 from engine_core.values import check_name
-
-
-@dataclass(frozen=True)
-class StepInfo:
-    """The step attempt the current code runs in."""
-
-    run_id: str
-    step: str
-    attempt: int
-    idempotency_key: str
-
-
-_current_step: ContextVar[StepInfo | None] = ContextVar("engine_core_current_step", default=None)
-
-
-def current_step() -> StepInfo | None:
-    """Inside a step: its run id, step name, attempt (1-based) and idempotency key."""
-    return _current_step.get()
-
-
-def enter_step(info: StepInfo) -> Token[StepInfo | None]:
-    """Make ``info`` the current step (until :func:`leave_step` with the token)."""
-    return _current_step.set(info)
-
-
-def leave_step(token: Token[StepInfo | None]) -> None:
-    _current_step.reset(token)
 
 
 class ValueMismatch(BaseException):
@@ -107,6 +78,8 @@ class StepRunner(Protocol):
     async def child_step(self, name: str, workflow: str, input: Any) -> Any: ...
 
     async def patched(self, patch_id: str) -> bool: ...
+
+    async def write_stream(self, key: str, value: Any, *, closed: bool = False) -> None: ...
 
 
 _T = TypeVar("_T")
@@ -446,6 +419,19 @@ class WorkflowContext:
         write, keeps it True on every replay); False on a run whose records show it
         passed this point on old code. See DESIGN 3d."""
         return await self._pass.patched(patch_id)
+
+    @_outage_ends_the_pass
+    async def write_stream(self, key: str, value: Any) -> None:
+        """Append ``value`` to the run's stream ``key``, exactly once: a replay reaches
+        the same position and writes nothing new. Raises ``StreamTooLargeError`` past
+        the stream's limit (``engine_core.streams``)."""
+        await self._pass.write_stream(key, value)
+
+    @_outage_ends_the_pass
+    async def close_stream(self, key: str) -> None:
+        """End the stream ``key``: its readers stop after the entries before. (A
+        stream also ends for its readers when the run ends.)"""
+        await self._pass.write_stream(key, None, closed=True)
 
     def deprecate_patch(self, patch_id: str) -> None:
         """Once no run from before patch ``patch_id`` remains: records nothing and

@@ -25,10 +25,11 @@ from engine_core.durations import (
 from engine_core.errors import NotSerializableError, RecordTooLargeError, StepFailedError
 from engine_core.records import StepKind, utcnow
 from engine_core.run.attempt import error_info, run_attempt
-from engine_core.run.context import StepInfo
 from engine_core.run.divergence import callable_name
 from engine_core.run.fork import step_idempotency_key
 from engine_core.run.pass_state import Parked, PassState, stored_failure
+from engine_core.run.step_info import StepInfo
+from engine_core.run.streams import AttemptStreams, previous_heartbeat
 from engine_core.run.threads import runs_in_thread
 from engine_core.run.transitions import attempt_ended, attempt_lost
 from engine_core.values import check_retries
@@ -149,12 +150,19 @@ async def run_inline(
     }
     while True:
         started = await p.start(key, attempt)
-        info = StepInfo(p.run_id, key, attempt, step_idempotency_key(p.run, key))
+        info = StepInfo(
+            p.run_id,
+            key,
+            attempt,
+            step_idempotency_key(p.run, key),
+            last_heartbeat=await previous_heartbeat(p.store, p.run_id, key, attempt),
+        )
         try:
             stored = await run_attempt(
                 info,
                 (lambda: fn(*args, **kwargs)) if kwargs else (lambda: fn(*args)),
                 threaded=threaded,
+                hooks=AttemptStreams(p.store),
                 slots=p.runtime.slots,
                 timeout=timeout,
                 traceparent=p.traceparent,

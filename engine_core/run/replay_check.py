@@ -57,6 +57,9 @@ class DryReplay:
     def workflow(self) -> str:
         return self.run.workflow
 
+    async def write_stream(self, key: str, value: Any, *, closed: bool = False) -> None:
+        """A dry replay writes nothing."""
+
     async def _recorded(self, name: str, kind: str, ran: str | None) -> Any:
         check_name(name, "step name")
         key = step_key(name, self._seen[name], self.run.key_scheme)

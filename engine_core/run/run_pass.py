@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
-from typing import Any, Literal
+from collections.abc import Callable, Coroutine
+from typing import Any, Literal, TypeVar
 
 import engine_core.lifecycle_log as lifecycle_log
 import engine_core.run.inline as inline
@@ -27,6 +27,7 @@ from engine_core.run.context import ValueMismatch, WorkflowContext, as_declared
 from engine_core.run.divergence import Mismatch
 from engine_core.run.keys import compensation_key
 from engine_core.run.pass_state import SIGNALS, Parked, PassState, Stopped
+from engine_core.run.streams import BodyStreams
 from engine_core.tracing import run_log_context
 from engine_core.values import check_fits, to_stored
 
@@ -38,8 +39,13 @@ PassEnd = Literal["terminal", "parked", "stopped", "requeued", "unavailable"]
 log = logging.getLogger("engine_core")
 
 
+_T = TypeVar("_T")
+
+
 class RunPass(PassState):
     """Replays the body once and settles the run; the steps the body calls land here."""
+
+    _streams: BodyStreams | None = None
 
     async def execute(self) -> PassEnd:
         """Replay the body once and record where the run stands ("unavailable": a store
@@ -62,6 +68,13 @@ class RunPass(PassState):
         except BaseException as exc:
             failure = exc
         await self.drain()
+        if self._streams is not None:
+            try:
+                await self._streams.flush()  # the body's last writes, before the pass ends
+            except StoreUnavailableError:
+                return "unavailable"
+            except Exception as exc:
+                failure = failure or exc
         if self.checks.mismatch is not None:
             return await self._diverged(self.checks.mismatch)
         signal = _signal_in(failure)
@@ -224,7 +237,8 @@ class RunPass(PassState):
         kwargs: dict[str, Any] | None = None,
         declared: Any = None,
     ) -> Any:
-        return await inline.inline_step(
+        return await self._riding(
+            inline.inline_step,
             self,
             name,
             fn,
@@ -254,21 +268,44 @@ class RunPass(PassState):
         retry_delay: Duration,
         timeout: Duration | None,
     ) -> Any:
-        return await waits.dispatch_step(
-            self, name, function, payload, retries=retries, retry_delay=retry_delay, timeout=timeout
+        return await self._riding(
+            waits.dispatch_step,
+            self,
+            name,
+            function,
+            payload,
+            retries=retries,
+            retry_delay=retry_delay,
+            timeout=timeout,
         )
 
     async def sleep_step(self, name: str, duration: Duration) -> None:
-        await waits.sleep_step(self, name, duration)
+        await self._riding(waits.sleep_step, self, name, duration)
 
     async def event_step(self, name: str, timeout: Duration | None) -> Any:
-        return await waits.event_step(self, name, timeout)
+        return await self._riding(waits.event_step, self, name, timeout)
 
     async def child_step(self, name: str, workflow: str, input: Any) -> Any:
-        return await waits.child_step(self, name, workflow, input)
+        return await self._riding(waits.child_step, self, name, workflow, input)
 
     async def patched(self, patch_id: str) -> bool:
         return await patches.patched(self, patch_id)
+
+    async def _riding(
+        self, call: Callable[..., Coroutine[Any, Any, _T]], *args: Any, **kwargs: Any
+    ) -> _T:
+        """``call``, a durable boundary: the body's stream writes so far go out with its
+        write (the same turn of the group commit); the pass's end waits for them."""
+        sending = self._streams.kick() if self._streams is not None else None
+        result = await call(*args, **kwargs)
+        if sending is not None and sending.done():
+            await sending  # a failed write surfaces here (waiting would yield: see _keep)
+        return result
+
+    async def write_stream(self, key: str, value: Any, *, closed: bool = False) -> None:
+        if self._streams is None:
+            self._streams = BodyStreams(self.store, self.run_id, first_pass=self.run.passes <= 1)
+        await self._streams.write(key, value, closed=closed)
 
 
 def _signal_in(exc: BaseException | None) -> type[BaseException] | None:

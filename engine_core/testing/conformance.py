@@ -10,6 +10,7 @@ from engine_core.testing.replay_cases import ReplayRecordCases
 from engine_core.testing.run_cases import RunCases
 from engine_core.testing.schedule_cases import ScheduleCases
 from engine_core.testing.step_cases import StepCases
+from engine_core.testing.stream_cases import StreamCases
 from engine_core.testing.worker_cases import WorkerCases
 
 
@@ -23,6 +24,7 @@ class StoreConformance(
     ReplayRecordCases,
     OperatorCases,
     ForkCases,
+    StreamCases,
 ):
     """What every :class:`~engine_core.store.Store` must do. Needs a ``store`` fixture
     that yields a fresh, initialised, empty store."""

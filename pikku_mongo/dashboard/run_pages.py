@@ -22,6 +22,7 @@ from pikku_mongo.dashboard.params import (
     parse_step,
 )
 from pikku_mongo.dashboard.rendering import PageBase, is_htmx, links_for, log, redirect
+from pikku_mongo.dashboard.streams_view import stream_tails
 from pikku_mongo.dashboard.views import build_timeline
 from pikku_mongo.dashboard.waiting import awaited_events, event_form, why_waiting
 
@@ -78,14 +79,15 @@ class RunPages(PageBase):
         return self.render(request, "runs.html", context)
 
     async def run(self, request: Request) -> Response:
-        """One run: its values, family, steps, timeline and actions."""
+        """One run: its values, family, streams, steps, timeline and actions."""
         run_id = parse_run_id(request.query_params)
         done = request.query_params.get("done")
-        status, history, children, forks = await asyncio.gather(
+        status, history, children, forks, streams = await asyncio.gather(
             self.engine.status(run_id),
             self.engine.history(run_id),
             self.engine.list_children(run_id),
             self.engine.list_forks(run_id),
+            stream_tails(self.engine.store, run_id),
         )
         context: dict[str, Any] = {
             "page": "runs",
@@ -95,6 +97,7 @@ class RunPages(PageBase):
             "children": children,
             "forks": forks,
             "can_fork": not self.read_only,
+            "streams": streams,
             "actions": [] if self.read_only else actions_for(status.status),
             "waiting": why_waiting(status, await self._queue_of(status)),
             "send_events": [] if self.read_only else awaited_events(status),
