@@ -416,11 +416,9 @@ class Store(Protocol):
     # ---- streams (DESIGN 3g; see engine_core.streams) ---------------------------
 
     async def append_stream(self, entry: StreamEntry) -> StreamEntry | None:
-        """Insert ``entry`` at its position of its stream unless that position is taken.
-
-        None when this call inserted it (also when a repeat after a lost reply finds its
-        own first try), else the entry that holds the position, unchanged. Of any number
-        of concurrent appends at one position exactly one lands."""
+        """Insert ``entry`` at its stream position unless taken: None when this call
+        inserted it (also when a repeat after a lost reply finds its own first try), else
+        the entry holding the position. Of concurrent appends at a position one lands."""
 
     async def stream_entries(
         self, run_id: str, key: str, *, offset: int, limit: int
