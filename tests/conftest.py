@@ -58,16 +58,45 @@ def mongoeco_uri() -> Iterator[str]:
         server.stop()
 
 
+#: The databases :func:`mongo_store` made during the running test (dropped after it).
+_made: list[tuple[str, str]] = []
+
+
 async def mongo_store(uri: str, **options: Any) -> Any:
-    """A MongoStore on a fresh database, with the default (durable) concerns. Every test
-    process runs on this one host, so no clock skew (``max_clock_skew=0``): tests of the
-    margin itself pass their own; the conformance suite's leases last 50 ms."""
+    """A MongoStore on a fresh database, with the default (durable) concerns, dropped
+    when the test ends. Every test process runs on this one host, so no clock skew
+    (``max_clock_skew=0``): tests of the margin itself pass their own; the conformance
+    suite's leases last 50 ms."""
     from pikku_mongo import MongoStore
 
     options.setdefault("max_clock_skew", 0)
-    store = MongoStore.from_uri(with_database(uri, f"t_{uuid.uuid4().hex[:12]}"), **options)
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    _made.append((uri, name))
+    store = MongoStore.from_uri(with_database(uri, name), **options)
     await store.init()
     return store
+
+
+@pytest.fixture(autouse=True)
+def _drop_test_databases() -> Iterator[None]:
+    """Drop the databases the test made: a server keeps state for each database that
+    had a change stream (nx-27017 holds at most 100 such open, and then closes the
+    newest), so a suite of a thousand tests must not leave them behind."""
+    yield
+    if not _made:
+        return
+    from pymongo import MongoClient
+
+    made, _made[:] = list(_made), []
+    for uri in sorted({u for u, _ in made}):
+        client: MongoClient[Any] = MongoClient(uri, serverSelectionTimeoutMS=2000)
+        try:
+            for name in (n for u, n in made if u == uri):
+                client.drop_database(name)
+        except Exception:  # the test stopped its server, say: nothing left to drop
+            pass
+        finally:
+            client.close()
 
 
 StoreFactory = Callable[[], Any]
