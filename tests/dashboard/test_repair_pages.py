@@ -117,7 +117,9 @@ async def test_fork_from_failure_and_cancel_for_the_filtered_runs(engine: Engine
                     == (await engine.status(run_id)).input * 10
                 )
 
-            # Cancel: the filtered set only, and never without a filter.
+            # Cancel: the filtered set only, never without a filter, never of ended runs.
+            page = (await client.get("/runs", params={"status": "failed"})).text
+            assert 'data-action="bulk-fork"' in page and 'data-action="bulk-cancel"' not in page
             ended = await client.get("/runs/confirm", params={"bulk": "cancel", "status": "failed"})
             assert ended.status_code == 409
             unfiltered = await client.get("/runs/confirm", params={"bulk": "cancel"})
