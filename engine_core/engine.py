@@ -245,9 +245,14 @@ class Engine(ScheduleApi, RepairApi):
 
     async def status(self, run_id: str) -> RunStatus:
         """The run's status, with each step folded to its latest attempt."""
-        run = await self._call(lambda: self._control.get(run_id))
-        status = fold_status(run, await self._call(lambda: self.store.load_steps(run_id)))
-        forks = await self._call(lambda: self.store.list_forks(run_id, limit=MAX_FORKS))
+        check_run_id(run_id)
+        # The three reads go out together: one round trip of waiting, not three.
+        run, steps, forks = await asyncio.gather(
+            self._call(lambda: self._control.get(run_id)),
+            self._call(lambda: self.store.load_steps(run_id)),
+            self._call(lambda: self.store.list_forks(run_id, limit=MAX_FORKS)),
+        )
+        status = fold_status(run, steps)
         return replace(status, forks=len(forks)) if forks else status
 
     def read_stream(
@@ -260,8 +265,12 @@ class Engine(ScheduleApi, RepairApi):
 
     async def history(self, run_id: str) -> list[TimelineEntry]:
         """Every attempt of every step of the run, with the time of each transition."""
-        run = await self._call(lambda: self._control.get(run_id))
-        return timeline(run, await self._call(lambda: self.store.load_steps(run_id)))
+        check_run_id(run_id)
+        run, steps = await asyncio.gather(
+            self._call(lambda: self._control.get(run_id)),
+            self._call(lambda: self.store.load_steps(run_id)),
+        )
+        return timeline(run, steps)
 
     async def list_runs(
         self,
