@@ -13,16 +13,14 @@ the same or a later attempt.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
 from pymongo import ASCENDING, DESCENDING, IndexModel
 from pymongo.asynchronous.collection import AsyncCollection
-from pymongo.errors import OperationFailure, PyMongoError
+from pymongo.errors import PyMongoError
 
 from engine_core.streams import StreamEntry
 from pikku_mongo.batcher import Batcher, Doc
@@ -31,7 +29,7 @@ from pikku_mongo.documents import step_doc_id
 from pikku_mongo.encoding import dump_value, from_us, load_value, pack, to_us, unpack
 from pikku_mongo.filters import eq
 from pikku_mongo.retry import surface_oversize, transient_retry
-from pikku_mongo.watch import MAX_AWAIT_MS, POLL_S, unsupported
+from pikku_mongo.watch import inserts
 
 log = logging.getLogger("pikku_mongo.stream_ops")
 
@@ -39,7 +37,6 @@ _SEP = "\x01\x03"  # as in a step's _id: pack() never produces it
 _POS_DIGITS = 10
 _BY_ID = [("_id", ASCENDING)]
 _LAST = [("_id", DESCENDING)]
-_RETRY_S = 5.0
 STREAM_INDEXES = [IndexModel([("run_id", ASCENDING)])]
 
 
@@ -178,26 +175,10 @@ class StreamOps:
         return None if doc is None else (int(doc["attempt"]), load_value(doc.get("details")))
 
 
-async def _entry_inserts(streams: AsyncCollection[Doc], run_id: str) -> AsyncIterator[None]:
+def _entry_inserts(streams: AsyncCollection[Doc], run_id: str) -> AsyncIterator[None]:
     """Yield once per insert (or batch of them) of one run's entries until the server
     refuses change streams; reopened after a broken stream."""
     pipeline = [
         {"$match": {"operationType": {"$eq": "insert"}, "fullDocument.run_id": {"$eq": run_id}}}
     ]
-    while True:
-        try:
-            async with await streams.watch(pipeline, max_await_time_ms=MAX_AWAIT_MS) as stream:
-                while stream.alive:
-                    asked = time.monotonic()
-                    change = await stream.try_next()
-                    if change is not None:
-                        yield None
-                    elif time.monotonic() - asked < 0.005:
-                        await asyncio.sleep(POLL_S)
-        except OperationFailure as exc:
-            if unsupported(exc):
-                return
-            log.warning("stream change stream failed (%s); reopening in %.0f s", exc, _RETRY_S)
-        except PyMongoError as exc:
-            log.warning("stream change stream broke (%s); reopening in %.0f s", exc, _RETRY_S)
-        await asyncio.sleep(_RETRY_S)
+    return inserts(streams, pipeline, "stream change stream", None)

@@ -55,9 +55,19 @@ def unsupported(exc: OperationFailure) -> bool:
 async def job_inserts(steps: AsyncCollection[Doc]) -> AsyncIterator[None]:
     """Yield once per inserted queue job (or batch of them) until the server refuses
     change streams; reopened after a broken stream."""
+    async for _ in inserts(steps, JOB_INSERTS, "change stream", "workers poll"):
+        yield None
+
+
+async def inserts(
+    collection: AsyncCollection[Doc], pipeline: list[Doc], what: str, fallback: str | None
+) -> AsyncIterator[None]:
+    """Yield once per change ``pipeline`` lets through (or batch of them) until the
+    server refuses change streams (logged at INFO with ``fallback``, when given);
+    reopened after a broken stream (``what`` names it in the warning)."""
     while True:
         try:
-            async with await steps.watch(JOB_INSERTS, max_await_time_ms=MAX_AWAIT_MS) as stream:
+            async with await collection.watch(pipeline, max_await_time_ms=MAX_AWAIT_MS) as stream:
                 while stream.alive:
                     asked = time.monotonic()
                     change = await stream.try_next()
@@ -67,9 +77,10 @@ async def job_inserts(steps: AsyncCollection[Doc]) -> AsyncIterator[None]:
                         await asyncio.sleep(POLL_S)
         except OperationFailure as exc:
             if unsupported(exc):
-                log.info("no change streams on this server (%s); workers poll", exc)
+                if fallback is not None:
+                    log.info("no change streams on this server (%s); %s", exc, fallback)
                 return
-            log.warning("change stream failed (%s); reopening in %.0f s", exc, _RETRY_S)
+            log.warning("%s failed (%s); reopening in %.0f s", what, exc, _RETRY_S)
         except PyMongoError as exc:
-            log.warning("change stream broke (%s); reopening in %.0f s", exc, _RETRY_S)
+            log.warning("%s broke (%s); reopening in %.0f s", what, exc, _RETRY_S)
         await asyncio.sleep(_RETRY_S)
