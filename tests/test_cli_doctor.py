@@ -73,7 +73,9 @@ def test_every_command_fails_fast_in_one_line_when_nothing_listens() -> None:
     # Three at a time: the machine has 2 cores (four at once took 10.3 s for one under
     # load: the bound is the CLI's, not the start-up time of processes queued for a core).
     with ThreadPoolExecutor(max_workers=3) as pool:
-        outcomes = list(pool.map(lambda pair: cli(pair[0], *pair[1]), zip(uris, COMMANDS)))
+        outcomes = list(
+            pool.map(lambda pair: cli(pair[0], *pair[1]), zip(uris, COMMANDS, strict=True))
+        )
     for args, (done, took) in zip(COMMANDS, outcomes, strict=True):
         line = assert_one_line_failure(done, took)
         assert line.startswith("pikku-mongo: cannot reach the MongoDB server at "), args

@@ -31,20 +31,25 @@ def timer_count(engine: Engine) -> int:
 
 
 async def _handle(engine: Engine, first: int, count: int) -> None:
-    """Start ``count`` runs, let each park on its event, send it, and see them end."""
-    ids = [await engine.start("waits", i, deadline="1h") for i in range(first, first + count)]
-    for run_id in ids:
+    """Start ``count`` runs, let each park on its event, send it, and see them end (the
+    runs of a batch side by side, as a busy worker meets them)."""
+    ids = await asyncio.gather(
+        *(engine.start("waits", i, deadline="1h") for i in range(first, first + count))
+    )
+
+    async def parked(run_id: str) -> None:
         for _ in range(3000):
             steps = (await engine.status(run_id)).steps
             if "go" in steps and steps["go"].status == "scheduled":
-                break
+                return
             await asyncio.sleep(0.01)
-        else:
-            raise AssertionError(f"run {run_id} never waited for its event")
-    for run_id in ids:
-        await engine.send_event(run_id, "go", {"n": run_id})
-    for run_id in ids:
-        assert await engine.result(run_id, timeout=60) == {"n": run_id}
+        raise AssertionError(f"run {run_id} never waited for its event")
+
+    for run_id in ids:  # one by one: by the time the first has parked, most have
+        await parked(run_id)
+    await asyncio.gather(*(engine.send_event(run_id, "go", {"n": run_id}) for run_id in ids))
+    results = await asyncio.gather(*(engine.result(run_id, timeout=60) for run_id in ids))
+    assert results == [{"n": run_id} for run_id in ids]
 
 
 async def test_ended_runs_leave_no_timers(engine: Engine) -> None:
