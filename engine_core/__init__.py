@@ -20,6 +20,8 @@ from engine_core.errors import (
     StepFailedError,
     StepNotFoundError,
     StoreUnavailableError,
+    StreamClosedError,
+    StreamConflictError,
     StreamTooLargeError,
     WorkflowDeadlineExceededError,
     WorkflowNotRegisteredError,
@@ -31,6 +33,7 @@ from engine_core.mirror import RunMirror
 from engine_core.records import Worker
 from engine_core.run.bulk import BulkReport
 from engine_core.run.context import WorkflowContext
+from engine_core.run.fork import UNCHANGED
 from engine_core.run.step_info import StepInfo, current_step
 from engine_core.schedules.times import Schedule
 from engine_core.status import (
@@ -46,6 +49,7 @@ from engine_core.streams import StreamEntry
 from engine_core.tracing import TraceIdFilter
 
 __all__ = [
+    "UNCHANGED",
     "BulkReport",
     "Divergence",
     "DuplicateRunError",
@@ -76,6 +80,8 @@ __all__ = [
     "StepStatus",
     "Store",
     "StoreUnavailableError",
+    "StreamClosedError",
+    "StreamConflictError",
     "StreamEntry",
     "StreamTooLargeError",
     "TimelineEntry",
