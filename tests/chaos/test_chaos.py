@@ -33,6 +33,11 @@ async def test_a_crash_inside_an_inline_step_is_finished_elsewhere(
     first = fleet.spawn()
     run_id = await client.start("crashy", {"slow": 1.0})
     await wait_step(client, run_id, "b", "running")
+    # "running" is durable before the step's body begins: kill it once the body has
+    # begun (a kill in between is a lost attempt too, but one whose body never ran).
+    deadline = time.monotonic() + 30
+    while not fleet.records("step-start") and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
     fleet.kill(first)
     fleet.spawn()
     assert await client.result(run_id, timeout=60) == ["a", "b", "c"]
