@@ -11,7 +11,10 @@ import sys
 import time
 import uuid
 
+import pytest
+
 from engine_core import Engine, WorkflowContext
+from pikku_mongo import cli
 from tests.conftest import mongo_store, with_database
 
 
@@ -53,8 +56,8 @@ def test_uri_goes_before_or_after_the_command(nx_uri: str) -> None:
     assert missing.returncode == 1 and "--uri" in missing.stderr
 
 
-def test_version_and_plain_help() -> None:
-    done = run("--version")
+def test_version_and_plain_help(capsys: pytest.CaptureFixture[str]) -> None:
+    done = run("--version")  # the module's entry point, in a process of its own
     assert done.returncode == 0 and done.stdout.startswith("pikku-mongo ")
     commands = [
         (),
@@ -66,10 +69,12 @@ def test_version_and_plain_help() -> None:
         ("ui",),
         ("doctor",),
     ]
-    for command in commands:
-        shown = run(*command, "--help")
-        assert shown.returncode == 0, shown.stderr
-        assert "``" not in shown.stdout, command
+    for command in commands:  # the same parser, in this process (a process each: 8 s)
+        with pytest.raises(SystemExit) as exited:
+            cli.main([*command, "--help"])
+        shown = capsys.readouterr()
+        assert exited.value.code == 0, shown.err
+        assert "``" not in shown.out and "usage: pikku-mongo" in shown.out, command
 
 
 async def test_prune_takes_years_and_names_its_option(nx_uri: str) -> None:
