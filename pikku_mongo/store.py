@@ -83,6 +83,7 @@ from pymongo.write_concern import WriteConcern
 from engine_core.durations import Duration, parse_duration
 from engine_core.records import EventRecord, Lease, utcnow
 from pikku_mongo.batcher import Batcher
+from pikku_mongo.causal import OperationClock, find_clock
 from pikku_mongo.checks import check_int, check_str
 from pikku_mongo.command_metrics import CommandCounter
 from pikku_mongo.declared_ops import DeclaredOps
@@ -162,6 +163,9 @@ class MongoStore(
         self.database = database
         self.prefix = prefix
         self._client: AsyncMongoClient[Any] | None = None  # set only when we own it
+        # Deciding reads wait for this client's newest known operation time
+        # (pikku_mongo.causal); without its listener they are plain majority reads.
+        self._clock = find_clock(database.client)
         self._ttl_refused = False
         self.runs = self._collection("runs")
         self.steps = self._collection("steps")
@@ -212,6 +216,8 @@ class MongoStore(
         _options(write_concern, read_concern, max_clock_skew)  # before making a client
         check_str(prefix, "collection prefix")
         listeners = [*(client_kwargs.pop("event_listeners", None) or []), CommandCounter()]
+        if not any(isinstance(listener, OperationClock) for listener in listeners):
+            listeners.append(OperationClock())
         client: AsyncMongoClient[Any] = AsyncMongoClient(
             uri, event_listeners=listeners, **client_kwargs
         )
@@ -321,9 +327,10 @@ class MongoStore(
         unconsumed event. (Retried as a whole: a repeat finds what it took.)"""
         run = pack(check_str(run_id, "run id"))
         taker = pack(check_str(consumer, "event consumer"))
-        mine = await self.events.find_one(
-            {"run_id": eq(run), "consumed_by": eq(taker)}, sort=_BY_ID
-        )
+        async with self.causal() as session:
+            mine = await self.events.find_one(
+                {"run_id": eq(run), "consumed_by": eq(taker)}, sort=_BY_ID, session=session
+            )
         if mine is not None:
             return event_from_doc(mine)
         doc = await self.events.find_one_and_update(
