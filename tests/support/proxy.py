@@ -440,6 +440,8 @@ class _Control:
                 proxy.enabled = bool(request["enabled"])
             if "reset_rate" in request:
                 proxy.reset_rate = float(request["reset_rate"])
+            if "stamp_times" in request:
+                proxy.stamp_times = bool(request["stamp_times"])
             return {"ok": True}
         if op == "drop":
             rule = proxy.drop_reply(
@@ -501,7 +503,7 @@ class ProxyProcess:
         return reply
 
     def set(self, **options: Any) -> None:
-        """``enabled=``, ``reset_rate=``."""
+        """``enabled=``, ``reset_rate=``, ``stamp_times=``."""
         self.call(op="set", **options)
 
     def drop_reply(self, command: str, where: dict[str, Any] | None = None, times: int = 1) -> int:
