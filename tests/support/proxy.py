@@ -17,12 +17,9 @@ BSON document is the command (its first key is the command name: ``insert``,
 * **on/off**: ``proxy.enabled = False`` forwards everything untouched; rules and the
   reset rate stay configured for when it is enabled again.
 
-And a replica set's clock, which the test servers lack: ``proxy.stamp_times = True``
-adds ``operationTime`` and ``$clusterTime`` (a timestamp that grows with every reply) to
-each ``OP_MSG`` reply, as a replica set member's replies carry them, so the driver's
-causally consistent sessions send ``readConcern.afterClusterTime``.
-``proxy.exchanges`` (when ``proxy.record = True``) lists each request's command with
-the time stamped on its reply.
+``proxy.stamp_times = True`` gives replies a replica set's clock (see
+:mod:`tests.support.wire_clock`); with ``proxy.record = True``, ``proxy.exchanges`` lists
+each request's command and the time stamped on its reply.
 
 In the test's own event loop::
 
@@ -65,6 +62,8 @@ from types import TracebackType
 from typing import Any
 
 import bson
+
+from tests.support.wire_clock import Exchange, stamp_times
 
 __all__ = ["DropRule", "Exchange", "FaultProxy", "ProxyProcess", "decode_op_msg", "matches"]
 
@@ -160,42 +159,6 @@ class DropRule:
         """The first swallowed command, once its reply has been dropped."""
         await asyncio.wait_for(self._done.wait(), timeout)
         return self.hits[0]
-
-
-@dataclass
-class Exchange:
-    """A request's command and the operation time stamped on its reply (if any)."""
-
-    command: dict[str, Any]
-    operation_time: bson.Timestamp | None = None
-
-    @property
-    def name(self) -> str:
-        return next(iter(self.command), "")
-
-
-def stamp_times(message: bytes, at: bson.Timestamp) -> bytes:
-    """``message`` (an OP_MSG reply) with ``operationTime`` and ``$clusterTime`` =
-    ``at`` appended to its body document; any checksum is dropped."""
-    (flags,) = struct.unpack_from("<I", message, _HEADER.size)
-    kind_at = _HEADER.size + 4
-    if message[kind_at] != 0:
-        return message
-    (size,) = struct.unpack_from("<i", message, kind_at + 1)
-    body = message[kind_at + 1 : kind_at + 1 + size]
-    signature = {"hash": b"\x00" * 20, "keyId": bson.Int64(0)}
-    extra = bson.encode(
-        {"operationTime": at, "$clusterTime": {"clusterTime": at, "signature": signature}}
-    )
-    document = body[:-1] + extra[4:-1] + b"\x00"
-    document = struct.pack("<i", len(document)) + document[4:]
-    rest = message[kind_at + 1 + size :]
-    if flags & _CHECKSUM_PRESENT:
-        flags &= ~_CHECKSUM_PRESENT
-        rest = rest[:-4]
-    out = struct.pack("<I", flags) + b"\x00" + document + rest
-    _length, request_id, response_to, op_code = _HEADER.unpack_from(message)
-    return _HEADER.pack(_HEADER.size + len(out), request_id, response_to, op_code) + out
 
 
 class _Pair:
@@ -401,12 +364,11 @@ class FaultProxy:
                 if rule is not None:
                     rule._done.set()
                 break
-            exchange = pair.pending.pop(response_to, None)
+            exchange = pair.pending.pop(response_to, None) or Exchange({})  # unrecorded
             if self.stamp_times and _HEADER.unpack_from(message)[3] == OP_MSG:
                 self._time = bson.Timestamp(self._time.time, self._time.inc + 1)
                 message = stamp_times(message, self._time)
-                if exchange is not None:
-                    exchange.operation_time = self._time
+                exchange.operation_time = self._time
             try:
                 pair.client.write(message)
                 await pair.client.drain()
