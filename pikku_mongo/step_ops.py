@@ -233,7 +233,7 @@ class StepOps(SkewBound, CausalReads):
             "kind": eq("dispatch"),
             "claim_holder": eq(pack(check_str(holder, "claim holder"))),
         }
-        return [step_from_doc(doc) for doc in await self.steps.find(query).to_list()]
+        return [step_from_doc(doc) for doc in await self.read_all(self.steps, query)]
 
     @transient_retry
     async def requeue_lapsed_claims(self) -> int:

@@ -34,7 +34,8 @@ Durability: every collection handle carries the store's write concern (default
 writes are majority-acknowledged, else ``local``, so the store always reads its own
 writes). The client's or the URI's own concerns are not inherited: an application's
 shared client often runs with ``w=1``. Pass ``write_concern=`` / ``read_concern=`` to
-choose.
+choose. Reads that decide something are causally consistent where the server keeps a
+clock (:mod:`pikku_mongo.causal`): they wait for this client's last acknowledged write.
 
 Clocks. A lease's (or a claim's) expiry is written by its holder, from the holder's
 clock (``now + ttl``), and judged by every other host against its own clock: no server
@@ -148,7 +149,9 @@ class MongoStore(
         defaults (module docstring). ``max_clock_skew``: seconds or a string such as
         ``"500ms"``, the bound on clock differences between hosts that lease expiry
         tolerates (module docstring, "Clocks"); 0 on a single host. ``change_streams``:
-        wake idle workers from a change stream where the server serves one."""
+        wake idle workers from a change stream where the server serves one. Deciding reads
+        are causally consistent when ``database``'s client has a
+        :class:`~pikku_mongo.causal.OperationClock` among its event listeners."""
         if not isinstance(database, AsyncDatabase):
             raise TypeError(
                 "MongoStore needs a pymongo AsyncDatabase (from pymongo.AsyncMongoClient), "

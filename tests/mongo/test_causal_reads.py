@@ -11,16 +11,18 @@ an operation time (the servers as they are: the conformance suite) reads are pla
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from bson import Timestamp
-from pymongo import monitoring
+from pymongo import AsyncMongoClient, monitoring
 
 from engine_core import DuplicateRunError, Engine, WorkflowContext
 from engine_core.testing.builders import make_job, make_run
 from pikku_mongo import MongoStore
+from pikku_mongo.causal import OperationClock
 from tests.conftest import mongo_store
 from tests.support.proxy import Exchange, FaultProxy
 
@@ -162,3 +164,20 @@ async def test_without_an_operation_time_reads_are_plain(nx_uri: str) -> None:
     assert read.command["readConcern"] == {"level": "majority"}
     assert "$clusterTime" not in read.command
     await store.close()
+
+
+@pytest.mark.parametrize("with_clock", [True, False])
+async def test_a_client_of_your_own_reads_causally_with_the_listener(
+    stamping: FaultProxy, with_clock: bool
+) -> None:
+    listeners = [OperationClock()] if with_clock else []
+    client: AsyncMongoClient[Any] = AsyncMongoClient(stamping.uri(), event_listeners=listeners)
+    store = MongoStore(client.get_database(f"t_{uuid.uuid4().hex[:12]}"), max_clock_skew=0)
+    stamping.record = True
+    await store.insert_run(make_run("r"))
+    mark = len(stamping.exchanges)
+    assert await store.get_run("r") is not None
+    (read,) = on(stamping, "find", "pikku_runs", mark)
+    assert (after(read) is not None) == with_clock
+    await client.drop_database(store.database.name)
+    await client.close()
