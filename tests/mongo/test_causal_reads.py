@@ -4,7 +4,7 @@ acknowledged write; a causally consistent session makes the read carry
 ``readConcern.afterClusterTime``, and the server waits until its snapshot holds it.
 
 Neither test server returns ``operationTime`` or ``$clusterTime``, so a proxy in front of
-a real nx-27017 stamps them on every reply, as a replica set member does
+a real nx-27017 (and mongoeco) stamps them on every reply, as a replica set member does
 (``FaultProxy.stamp_times``); the requests it forwards are what the assertions read. Both
 servers accept a ``readConcern`` with ``afterClusterTime`` (nothing is stripped). Without
 an operation time (the servers as they are: the conformance suite) reads are plain."""
@@ -27,10 +27,11 @@ from tests.conftest import mongo_store
 from tests.support.proxy import Exchange, FaultProxy
 
 
-@pytest.fixture
-async def stamping(nx_uri: str) -> AsyncIterator[FaultProxy]:
-    """A proxy in front of nx-27017 that gives its replies a replica set's clock."""
-    hosts = nx_uri.split("://", 1)[1].split("/", 1)[0]
+@pytest.fixture(params=["nx_uri", "mongoeco_uri"])
+async def stamping(request: pytest.FixtureRequest) -> AsyncIterator[FaultProxy]:
+    """A proxy in front of a test server that gives its replies a replica set's clock."""
+    uri: str = request.getfixturevalue(request.param)
+    hosts = uri.split("://", 1)[1].split("/", 1)[0]
     host, _, port = hosts.rpartition(":")
     async with FaultProxy(host, int(port)) as proxy:
         proxy.stamp_times = True
