@@ -25,6 +25,7 @@ from pymongo.errors import DuplicateKeyError, OperationFailure
 
 from engine_core.records import TERMINAL, utcnow
 from pikku_mongo.batcher import Batcher, Doc
+from pikku_mongo.causal import CausalReads
 from pikku_mongo.checks import check_str
 from pikku_mongo.documents import dedup_key
 from pikku_mongo.encoding import to_us, unpack
@@ -36,7 +37,7 @@ from pikku_mongo.skew import SkewBound
 ORPHAN_AFTER_S = 60.0
 
 
-class DedupOps(SkewBound):
+class DedupOps(SkewBound, CausalReads):
     """The dedup claims of :class:`~pikku_mongo.MongoStore`."""
 
     runs: AsyncCollection[Doc]
@@ -55,7 +56,7 @@ class DedupOps(SkewBound):
             at = to_us(now or utcnow())
             if await self.dedup_writes.insert({"_id": key, "run_id": run_id, "at_us": at}):
                 return None
-            claim = await self.dedup.find_one({"_id": key})
+            claim = await self.read_one(self.dedup, {"_id": key})
             if claim is None:
                 continue  # purged between the commands
             holder = claim["run_id"]
@@ -73,7 +74,7 @@ class DedupOps(SkewBound):
     async def _holds(self, claim: Doc, at_us: int) -> bool:
         """Whether the run of ``claim`` still holds it: it is not terminal, or it does not
         exist yet and the claim is younger than :data:`ORPHAN_AFTER_S`."""
-        run = await self.runs.find_one({"_id": claim["run_id"]}, {"status": 1})
+        run = await self.read_one(self.runs, {"_id": claim["run_id"]}, {"status": 1})
         if run is not None:
             return run.get("status") not in TERMINAL
         orphan_at = int(claim.get("at_us", 0)) + round(ORPHAN_AFTER_S * 1e6) + self._skew_us
@@ -82,8 +83,8 @@ class DedupOps(SkewBound):
     @transient_retry
     async def dedup_holder(self, queue: str | None, dedup_id: str) -> str | None:
         """2 finds at most (the claim, then its run)."""
-        claim = await self.dedup.find_one(
-            {"_id": dedup_key(queue, check_str(dedup_id, "dedup_id"))}
+        claim = await self.read_one(
+            self.dedup, {"_id": dedup_key(queue, check_str(dedup_id, "dedup_id"))}
         )
         if claim is None or not await self._holds(claim, to_us(utcnow())):
             return None

@@ -28,6 +28,7 @@ from pymongo.asynchronous.collection import AsyncCollection
 
 from engine_core.errors import DuplicateRunError
 from engine_core.records import RunRecord, StepRecord, utcnow
+from pikku_mongo.causal import CausalReads
 from pikku_mongo.checks import check_int, check_str
 from pikku_mongo.documents import Doc, run_from_doc
 from pikku_mongo.encoding import pack, to_us, unpack
@@ -38,7 +39,7 @@ from pikku_mongo.retry import transient_retry
 CLEAN_BATCH = 100
 
 
-class ForkOps:
+class ForkOps(CausalReads):
     """The fork methods of :class:`~pikku_mongo.MongoStore`."""
 
     runs: AsyncCollection[Doc]
@@ -74,7 +75,7 @@ class ForkOps:
 
     @transient_retry
     async def _find_run(self, packed_id: str) -> RunRecord | None:
-        doc = await self.runs.find_one({"_id": packed_id})
+        doc = await self.read_one(self.runs, {"_id": packed_id})
         return run_from_doc(doc) if doc is not None else None
 
     @transient_retry
@@ -98,7 +99,7 @@ class ForkOps:
         taken = await self.forks.find_one_and_delete({"_id": packed_id})
         if taken is None:
             return False
-        if await self.runs.find_one({"_id": packed_id}, {"_id": 1}) is not None:
+        if await self.read_one(self.runs, {"_id": packed_id}, {"_id": 1}) is not None:
             return False  # made whole: only its marker was left
         await self.steps.delete_many({"run_id": eq(packed_id)})
         return True

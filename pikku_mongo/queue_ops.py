@@ -102,7 +102,7 @@ class QueueOps(DedupOps):
     @transient_retry
     async def get_queue_state(self, name: str) -> QueueState | None:
         """1 find by ``_id``."""
-        doc = await self.queues.find_one({"_id": _queue_id(name)})
+        doc = await self.read_one(self.queues, {"_id": _queue_id(name)})
         return _state_from_doc(name, doc) if doc is not None else None
 
     @transient_retry
@@ -241,7 +241,7 @@ class QueueOps(DedupOps):
         op = new_op(update)
 
         async def landed() -> bool:  # sent again after a lost reply: did the first land?
-            return await self.runs.find_one(landed_filter(query["_id"], op)) is not None
+            return await self.read_one(self.runs, landed_filter(query["_id"], op)) is not None
 
         if not await self.run_writes.guarded(query, update, landed):
             return None
@@ -347,7 +347,7 @@ class QueueOps(DedupOps):
             nonlocal tries
             tries += 1
             if tries > 1:
-                mine = await self.runs.find_one(landed_filter(pack(run.run_id), op))
+                mine = await self.read_one(self.runs, landed_filter(pack(run.run_id), op))
                 if mine is not None:
                     return mine
             return await self.runs.find_one_and_update(

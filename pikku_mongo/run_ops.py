@@ -103,7 +103,7 @@ class RunOps(DedupOps):
         while True:
             if await self.run_writes.insert(doc):
                 return None
-            existing = await self.runs.find_one({"_id": doc["_id"]})
+            existing = await self.read_one(self.runs, {"_id": doc["_id"]})
             if existing is not None:
                 if existing.get("ins") == nonce:
                     return None
@@ -116,7 +116,7 @@ class RunOps(DedupOps):
     @transient_retry
     async def get_run(self, run_id: str) -> RunRecord | None:
         """1 find."""
-        doc = await self.runs.find_one({"_id": _id(run_id)})
+        doc = await self.read_one(self.runs, {"_id": _id(run_id)})
         return run_from_doc(doc) if doc is not None else None
 
     @transient_retry
@@ -130,7 +130,7 @@ class RunOps(DedupOps):
         query: Doc = {"_id": {"$in": ids}}
         if status_in is not None:
             query["status"] = {"$in": check_strs(status_in, "run status")}
-        return [run_from_doc(doc) for doc in await self.runs.find(query).to_list()]
+        return [run_from_doc(doc) for doc in await self.read_all(self.runs, query)]
 
     # ---- passes -----------------------------------------------------------------
 
@@ -273,7 +273,7 @@ class RunOps(DedupOps):
         mine: Doc = {**landed_filter(query["_id"], op), **{f: query[f] for f in still}}
 
         async def landed() -> bool:
-            doc = await self.runs.find_one(mine, {"_id": 1})
+            doc = await self.read_one(self.runs, mine, {"_id": 1})
             return doc is not None
 
         return await self.run_writes.guarded(query, update, landed)
@@ -371,7 +371,7 @@ class RunOps(DedupOps):
             nonlocal tries
             tries += 1
             if tries > 1:
-                mine = await self.runs.find_one(landed_filter(_id(run_id), op))
+                mine = await self.read_one(self.runs, landed_filter(_id(run_id), op))
                 if mine is not None:
                     return mine
             return await self.runs.find_one_and_update(

@@ -21,6 +21,7 @@ from pymongo import ReturnDocument
 from pymongo.asynchronous.collection import AsyncCollection
 
 from engine_core.records import ScheduleRecord, utcnow
+from pikku_mongo.causal import CausalReads
 from pikku_mongo.checks import (
     check_bool,
     check_datetime,
@@ -74,7 +75,7 @@ def schedule_from_doc(doc: Doc) -> ScheduleRecord:
     )
 
 
-class ScheduleOps:
+class ScheduleOps(CausalReads):
     """The schedule methods of :class:`~pikku_mongo.MongoStore`."""
 
     schedules: AsyncCollection[Doc]
@@ -88,7 +89,7 @@ class ScheduleOps:
     @transient_retry
     async def get_schedule(self, name: str) -> ScheduleRecord | None:
         """1 find by ``_id``."""
-        doc = await self.schedules.find_one({"_id": _id(name)})
+        doc = await self.read_one(self.schedules, {"_id": _id(name)})
         return schedule_from_doc(doc) if doc is not None else None
 
     @transient_retry

@@ -18,6 +18,7 @@ from pymongo.asynchronous.collection import AsyncCollection
 
 from engine_core.records import AttemptEntry, StepGuard, StepPage, StepRecord, utcnow
 from pikku_mongo.batcher import Batcher, Doc
+from pikku_mongo.causal import CausalReads
 from pikku_mongo.checks import (
     check_bool,
     check_datetime,
@@ -46,7 +47,7 @@ _LEAST_RECENT = [("updated_at", 1)]
 _SWEPT = {f: 1 for f in ("run_id", "key", "kind", "status", "due_at", "child_run_id")}
 
 
-class StepOps(SkewBound):
+class StepOps(SkewBound, CausalReads):
     """The step and queue methods of :class:`~pikku_mongo.MongoStore`."""
 
     steps: AsyncCollection[Doc]
@@ -55,8 +56,8 @@ class StepOps(SkewBound):
     @transient_retry
     async def load_steps(self, run_id: str) -> list[StepRecord]:
         """1 find by ``run_id`` (plus a getMore per further batch)."""
-        cursor = self.steps.find({"run_id": eq(pack(check_str(run_id, "run id")))})
-        return [step_from_doc(doc) for doc in await cursor.to_list()]
+        query = {"run_id": eq(pack(check_str(run_id, "run id")))}
+        return [step_from_doc(doc) for doc in await self.read_all(self.steps, query)]
 
     @transient_retry
     async def load_steps_of(self, run_ids: Sequence[str]) -> dict[str, list[StepRecord]]:
@@ -64,8 +65,8 @@ class StepOps(SkewBound):
         found: dict[str, list[StepRecord]] = {check_str(run_id, "run id"): [] for run_id in run_ids}
         if not found:
             return found
-        cursor = self.steps.find({"run_id": {"$in": [pack(r) for r in sorted(found)]}})
-        for doc in await cursor.to_list():
+        query = {"run_id": {"$in": [pack(r) for r in sorted(found)]}}
+        for doc in await self.read_all(self.steps, query):
             step = step_from_doc(doc)
             found.setdefault(step.run_id, []).append(step)
         return found
@@ -73,7 +74,7 @@ class StepOps(SkewBound):
     @transient_retry
     async def get_step(self, run_id: str, key: str) -> StepRecord | None:
         """1 find by ``_id``."""
-        doc = await self.steps.find_one(step_id(run_id, key))
+        doc = await self.read_one(self.steps, step_id(run_id, key))
         return step_from_doc(doc) if doc is not None else None
 
     @transient_retry
@@ -84,9 +85,9 @@ class StepOps(SkewBound):
             return []
         return [
             step_from_doc(doc)
-            for doc in await self.steps.find(
-                {"_id": {"$in": ids}, "run_id": eq(pack(run_id))}
-            ).to_list()
+            for doc in await self.read_all(
+                self.steps, {"_id": {"$in": ids}, "run_id": eq(pack(run_id))}
+            )
         ]
 
     @surface_oversize
@@ -147,12 +148,12 @@ class StepOps(SkewBound):
 
     @transient_retry
     async def _matches(self, query: Doc) -> bool:
-        return await self.steps.find_one(query, {"_id": 1}) is not None
+        return await self.read_one(self.steps, query, {"_id": 1}) is not None
 
     @transient_retry
     async def _has_entry(self, query: Doc, entry: AttemptEntry) -> bool:
         where = {"_id": query["_id"], "run_id": query["run_id"]}
-        doc = await self.steps.find_one(where, {"history": 1})
+        doc = await self.read_one(self.steps, where, {"history": 1})
         history = cast(list[str], (doc or {}).get("history") or [])
         return any(entry_from_text(item) == entry for item in history)
 
@@ -232,7 +233,7 @@ class StepOps(SkewBound):
             "kind": eq("dispatch"),
             "claim_holder": eq(pack(check_str(holder, "claim holder"))),
         }
-        return [step_from_doc(doc) for doc in await self.steps.find(query).to_list()]
+        return [step_from_doc(doc) for doc in await self.read_all(self.steps, query)]
 
     @transient_retry
     async def requeue_lapsed_claims(self) -> int:

@@ -34,7 +34,8 @@ Durability: every collection handle carries the store's write concern (default
 writes are majority-acknowledged, else ``local``, so the store always reads its own
 writes). The client's or the URI's own concerns are not inherited: an application's
 shared client often runs with ``w=1``. Pass ``write_concern=`` / ``read_concern=`` to
-choose.
+choose. Reads that decide something are causally consistent where the server keeps a
+clock (:mod:`pikku_mongo.causal`): they wait for this client's last acknowledged write.
 
 Clocks. A lease's (or a claim's) expiry is written by its holder, from the holder's
 clock (``now + ttl``), and judged by every other host against its own clock: no server
@@ -83,6 +84,7 @@ from pymongo.write_concern import WriteConcern
 from engine_core.durations import Duration, parse_duration
 from engine_core.records import EventRecord, Lease, utcnow
 from pikku_mongo.batcher import Batcher
+from pikku_mongo.causal import OperationClock, find_clock
 from pikku_mongo.checks import check_int, check_str
 from pikku_mongo.command_metrics import CommandCounter
 from pikku_mongo.declared_ops import DeclaredOps
@@ -147,7 +149,9 @@ class MongoStore(
         defaults (module docstring). ``max_clock_skew``: seconds or a string such as
         ``"500ms"``, the bound on clock differences between hosts that lease expiry
         tolerates (module docstring, "Clocks"); 0 on a single host. ``change_streams``:
-        wake idle workers from a change stream where the server serves one."""
+        wake idle workers from a change stream where the server serves one. Deciding reads
+        are causally consistent when ``database``'s client has a
+        :class:`~pikku_mongo.causal.OperationClock` among its event listeners."""
         if not isinstance(database, AsyncDatabase):
             raise TypeError(
                 "MongoStore needs a pymongo AsyncDatabase (from pymongo.AsyncMongoClient), "
@@ -162,6 +166,9 @@ class MongoStore(
         self.database = database
         self.prefix = prefix
         self._client: AsyncMongoClient[Any] | None = None  # set only when we own it
+        # Deciding reads wait for this client's newest known operation time
+        # (pikku_mongo.causal); without its listener they are plain majority reads.
+        self._clock = find_clock(database.client)
         self._ttl_refused = False
         self.runs = self._collection("runs")
         self.steps = self._collection("steps")
@@ -212,6 +219,8 @@ class MongoStore(
         _options(write_concern, read_concern, max_clock_skew)  # before making a client
         check_str(prefix, "collection prefix")
         listeners = [*(client_kwargs.pop("event_listeners", None) or []), CommandCounter()]
+        if not any(isinstance(listener, OperationClock) for listener in listeners):
+            listeners.append(OperationClock())
         client: AsyncMongoClient[Any] = AsyncMongoClient(
             uri, event_listeners=listeners, **client_kwargs
         )
@@ -321,9 +330,10 @@ class MongoStore(
         unconsumed event. (Retried as a whole: a repeat finds what it took.)"""
         run = pack(check_str(run_id, "run id"))
         taker = pack(check_str(consumer, "event consumer"))
-        mine = await self.events.find_one(
-            {"run_id": eq(run), "consumed_by": eq(taker)}, sort=_BY_ID
-        )
+        async with self.causal() as session:
+            mine = await self.events.find_one(
+                {"run_id": eq(run), "consumed_by": eq(taker)}, sort=_BY_ID, session=session
+            )
         if mine is not None:
             return event_from_doc(mine)
         doc = await self.events.find_one_and_update(

@@ -24,6 +24,7 @@ from pymongo.errors import PyMongoError
 
 from engine_core.streams import StreamEntry
 from pikku_mongo.batcher import Batcher, Doc
+from pikku_mongo.causal import CausalReads
 from pikku_mongo.checks import check_int, check_str
 from pikku_mongo.documents import step_doc_id
 from pikku_mongo.encoding import dump_value, from_us, load_value, pack, to_us, unpack
@@ -75,7 +76,7 @@ def entry_from_doc(doc: Doc) -> StreamEntry:
     )
 
 
-class StreamOps:
+class StreamOps(CausalReads):
     """The stream and heartbeat methods of :class:`~pikku_mongo.MongoStore`."""
 
     streams: AsyncCollection[Doc]
@@ -97,7 +98,8 @@ class StreamOps:
         key = {"_id": doc["_id"], "run_id": eq(doc["run_id"])}
 
         async def confirm() -> bool:
-            return await self.streams.find_one({**key, "ins": eq(nonce)}, {"_id": 1}) is not None
+            found = await self.read_one(self.streams, {**key, "ins": eq(nonce)}, {"_id": 1})
+            return found is not None
 
         if await self.stream_writes.insert(doc, confirm):
             return None
@@ -105,7 +107,7 @@ class StreamOps:
 
     @transient_retry
     async def _entry_at(self, key: Doc) -> StreamEntry | None:
-        found = await self.streams.find_one(key)
+        found = await self.read_one(self.streams, key)
         return None if found is None else entry_from_doc(found)
 
     @transient_retry

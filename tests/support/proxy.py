@@ -17,6 +17,10 @@ BSON document is the command (its first key is the command name: ``insert``,
 * **on/off**: ``proxy.enabled = False`` forwards everything untouched; rules and the
   reset rate stay configured for when it is enabled again.
 
+``proxy.stamp_times = True`` gives replies a replica set's clock (see
+:mod:`tests.support.wire_clock`); with ``proxy.record = True``, ``proxy.exchanges`` lists
+each request's command and the time stamped on its reply.
+
 In the test's own event loop::
 
     async with FaultProxy(server.host, server.port) as proxy:
@@ -59,7 +63,9 @@ from typing import Any
 
 import bson
 
-__all__ = ["DropRule", "FaultProxy", "ProxyProcess", "decode_op_msg", "matches"]
+from tests.support.wire_clock import Exchange, stamp_times
+
+__all__ = ["DropRule", "Exchange", "FaultProxy", "ProxyProcess", "decode_op_msg", "matches"]
 
 OP_MSG = 2013
 _HEADER = struct.Struct("<iiii")
@@ -162,6 +168,7 @@ class _Pair:
         self.client = client
         self.upstream = upstream
         self.swallow: dict[int, DropRule | None] = {}  # requestID -> rule (None: random)
+        self.pending: dict[int, Exchange] = {}  # requestID -> its recorded exchange
         self.closed = False
 
     def reset(self) -> None:
@@ -207,6 +214,10 @@ class FaultProxy:
         self.rules: list[DropRule] = []
         self.random = random.Random(seed)
         self.stats = {"connections": 0, "requests": 0, "resets": 0, "dropped": 0}
+        self.stamp_times = False
+        self.record = False
+        self.exchanges: list[Exchange] = []
+        self._time = bson.Timestamp(int(time.time()), 0)
         self._server: asyncio.Server | None = None
         self._pairs: set[_Pair] = set()
         self._flowing = asyncio.Event()
@@ -312,6 +323,10 @@ class FaultProxy:
                 break
             self.stats["requests"] += 1
             _length, request_id, _response_to, op_code = _HEADER.unpack_from(message)
+            if self.record and op_code == OP_MSG:
+                exchange = Exchange(decode_op_msg(message[_HEADER.size :]) or {})
+                self.exchanges.append(exchange)
+                pair.pending[request_id] = exchange
             if self.enabled and op_code == OP_MSG:
                 command = decode_op_msg(message[_HEADER.size :]) or {}
                 name = next(iter(command), "")
@@ -349,6 +364,11 @@ class FaultProxy:
                 if rule is not None:
                     rule._done.set()
                 break
+            exchange = pair.pending.pop(response_to, None) or Exchange({})  # unrecorded
+            if self.stamp_times and _HEADER.unpack_from(message)[3] == OP_MSG:
+                self._time = bson.Timestamp(self._time.time, self._time.inc + 1)
+                message = stamp_times(message, self._time)
+                exchange.operation_time = self._time
             try:
                 pair.client.write(message)
                 await pair.client.drain()
@@ -382,6 +402,8 @@ class _Control:
                 proxy.enabled = bool(request["enabled"])
             if "reset_rate" in request:
                 proxy.reset_rate = float(request["reset_rate"])
+            if "stamp_times" in request:
+                proxy.stamp_times = bool(request["stamp_times"])
             return {"ok": True}
         if op == "drop":
             rule = proxy.drop_reply(
@@ -443,7 +465,7 @@ class ProxyProcess:
         return reply
 
     def set(self, **options: Any) -> None:
-        """``enabled=``, ``reset_rate=``."""
+        """``enabled=``, ``reset_rate=``, ``stamp_times=``."""
         self.call(op="set", **options)
 
     def drop_reply(self, command: str, where: dict[str, Any] | None = None, times: int = 1) -> int:
