@@ -33,6 +33,7 @@ from pikku_mongo.filters import (
     eq,
     guard_filter,
     lapsed_claims_filter,
+    one_of,
     scheduled_from,
     step_id,
     step_update,
@@ -60,11 +61,12 @@ class StepOps(SkewBound):
 
     @transient_retry
     async def load_steps_of(self, run_ids: Sequence[str]) -> dict[str, list[StepRecord]]:
-        """1 find by ``run_id`` (``$in``; plus a getMore per further batch)."""
+        """1 find by ``run_id`` (:func:`~pikku_mongo.filters.one_of`; plus a getMore per
+        further batch)."""
         found: dict[str, list[StepRecord]] = {check_str(run_id, "run id"): [] for run_id in run_ids}
         if not found:
             return found
-        cursor = self.steps.find({"run_id": {"$in": [pack(r) for r in sorted(found)]}})
+        cursor = self.steps.find({"run_id": one_of([pack(r) for r in found])})
         for doc in await cursor.to_list():
             step = step_from_doc(doc)
             found.setdefault(step.run_id, []).append(step)

@@ -60,7 +60,8 @@ class ReplayRecordCases:
         await store.save_steps([done_step("run-1", "a"), done_step("run-1", "b")])
         await store.insert_step(make_job("run-2", "j"))
         await store.save_steps([done_step("run-3", "c")])
-        got = await store.load_steps_of(["run-1", "run-2", "empty"])
+        await store.save_steps([done_step("run-10", "between")])  # an id between them
+        got = await store.load_steps_of(["run-2", "run-1", "empty"])
         assert sorted(got) == ["empty", "run-1", "run-2"]
         assert sorted(s.key for s in got["run-1"]) == ["a", "b"]
         assert [s.key for s in got["run-2"]] == ["j"] and got["empty"] == []
