@@ -10,7 +10,7 @@ a build that would break live runs before it ships.
 from __future__ import annotations
 
 import asyncio
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
@@ -27,8 +27,9 @@ from engine_core.status import Divergence, ReplayReport
 from engine_core.store import Store
 from engine_core.values import check_name
 
-#: Runs replayed at once (their steps read in one command), and listed at once.
+#: Runs whose steps are read in one command, runs replayed at once, and runs listed at once.
 _BATCH = 256
+_WINDOW = 1024
 _PAGE = 10_000
 #: A body that awaits something else than its steps for this long is left unchecked.
 _BODY_TIMEOUT_S = 10.0
@@ -135,35 +136,32 @@ async def replay_check(
     """Replay up to ``limit`` stored runs of ``workflows`` (or the runs ``run_ids``)
     against the registered bodies; reads only."""
     report = ReplayReport(checked=0, diverged=[])
-    pending: tuple[list[RunRecord], asyncio.Task[dict[str, list[StepRecord]]]] | None = None
-    async for batch in _runs(store, workflows, run_ids, limit, include_ended):
-        # The next batch's steps are read while this one replays.
-        loading = asyncio.ensure_future(store.load_steps_of([r.run_id for r in batch]))
-        if pending is not None:
-            await _replay(report, bodies, *pending)
-        pending = (batch, loading)
-    if pending is not None:
-        await _replay(report, bodies, *pending)
+    # Replays in flight, oldest first: one that waits for branches of its body to catch
+    # up (an apparent swap gives them a moment) waits beside the others and beside the
+    # next batch's read, not before them. Reported in the order listed.
+    flight: deque[asyncio.Future[Divergence | None]] = deque()
+    try:
+        async for batch in _runs(store, workflows, run_ids, limit, include_ended):
+            loaded = await store.load_steps_of([r.run_id for r in batch])
+            for run in batch:
+                if (body := bodies(run.workflow)) is None:
+                    continue
+                replay = DryReplay(run, merged(run, loaded.get(run.run_id, [])))
+                flight.append(asyncio.ensure_future(replay.check(body)))
+                if len(flight) >= _WINDOW:
+                    _count(report, await flight.popleft())
+        while flight:
+            _count(report, await flight.popleft())
+    finally:
+        for left in flight:
+            left.cancel()
     return report
 
 
-async def _replay(
-    report: ReplayReport,
-    bodies: Callable[[str], Callable[..., Any] | None],
-    batch: list[RunRecord],
-    loading: asyncio.Task[dict[str, list[StepRecord]]],
-) -> None:
-    loaded = await loading
-    replays = [
-        (DryReplay(run, merged(run, loaded.get(run.run_id, []))), body)
-        for run in batch
-        if (body := bodies(run.workflow)) is not None
-    ]
-    # Side by side: a replay that must wait for branches of its body to catch up (an
-    # apparent swap) waits beside the others, not before them.
-    found = await asyncio.gather(*(replay.check(body) for replay, body in replays))
-    report.checked += len(replays)
-    report.diverged += [d for d in found if d is not None]
+def _count(report: ReplayReport, found: Divergence | None) -> None:
+    report.checked += 1
+    if found is not None:
+        report.diverged.append(found)
 
 
 async def _runs(
