@@ -142,7 +142,7 @@ async def replay_check(
     flight: deque[asyncio.Future[Divergence | None]] = deque()
     try:
         async for batch in _runs(store, workflows, run_ids, limit, include_ended):
-            loaded = await store.load_steps_of([r.run_id for r in batch])
+            loaded = await store.load_steps_of([r.run_id for r in batch], lean=True)
             for run in batch:
                 if (body := bodies(run.workflow)) is None:
                     continue
@@ -187,7 +187,11 @@ async def _runs(
             after: str | None = None
             while left > 0:
                 page = await store.list_runs(
-                    workflow=workflow, status=status, limit=min(left, _PAGE), after=after
+                    workflow=workflow,
+                    status=status,
+                    limit=min(left, _PAGE),
+                    after=after,
+                    lean=True,
                 )
                 if not page:
                     break
