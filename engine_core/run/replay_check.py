@@ -186,16 +186,15 @@ async def _runs(
         for status in statuses:
             after: str | None = None
             while left > 0:
+                asked = min(left, _PAGE)
                 page = await store.list_runs(
-                    workflow=workflow,
-                    status=status,
-                    limit=min(left, _PAGE),
-                    after=after,
-                    lean=True,
+                    workflow=workflow, status=status, limit=asked, after=after, lean=True
                 )
-                if not page:
-                    break
-                after = page[-1].run_id
+                after = page[-1].run_id if page else None
                 left -= len(page)
                 for i in range(0, len(page), _BATCH):
                     yield page[i : i + _BATCH]
+                if len(page) < asked:
+                    # The last page: no query for an empty one (on nx-27017 a page
+                    # after an id filters every run of the collection in Python).
+                    break
