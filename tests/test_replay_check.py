@@ -125,10 +125,11 @@ async def _store_parked(store: Store, run_id: str, step: str, fn: Any) -> None:
 async def test_replay_check_reads_and_replays_a_few_runs_at_a_time_reporting_in_order(
     store: Store, engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Runs listed four at a time, their steps read two at a time and replayed three at
-    once (the check's page, batch and window, made small): every run is checked once,
-    and the divergent ones (each waiting a moment for branches that never come) are
-    reported in the order the runs are listed, whichever finishes first."""
+    """Runs listed four at a time (oldest first), their steps read two at a time and
+    replayed three at once (the check's page, batch and window, made small): every run
+    is checked once, and the divergent ones (each waiting a moment for branches that
+    never come) are reported in the order the runs are listed (as they were created),
+    whichever finishes first."""
     monkeypatch.setattr(replay_check_module, "_PAGE", 4)
     monkeypatch.setattr(replay_check_module, "_BATCH", 2)
     monkeypatch.setattr(replay_check_module, "_WINDOW", 3)
