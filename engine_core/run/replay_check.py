@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter, deque
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from contextlib import aclosing
 from typing import Any, Literal
 
 from engine_core.convert import declared_parameter
@@ -144,15 +145,16 @@ async def replay_check(
     # next batch's read, not before them. Reported in the order listed.
     flight: deque[asyncio.Future[Divergence | None]] = deque()
     try:
-        async for batch in _runs(store, workflows, run_ids, limit, include_ended):
-            loaded = await store.load_steps_of([r.run_id for r in batch], lean=True)
-            for run in batch:
-                if (body := bodies(run.workflow)) is None:
-                    continue
-                replay = DryReplay(run, merged(run, loaded.get(run.run_id, [])))
-                flight.append(asyncio.ensure_future(replay.check(body)))
-                if len(flight) >= _WINDOW:
-                    _count(report, await flight.popleft())
+        async with aclosing(_runs(store, workflows, run_ids, limit, include_ended)) as runs:
+            async for batch in runs:
+                loaded = await store.load_steps_of([r.run_id for r in batch], lean=True)
+                for run in batch:
+                    if (body := bodies(run.workflow)) is None:
+                        continue
+                    replay = DryReplay(run, merged(run, loaded.get(run.run_id, [])))
+                    flight.append(asyncio.ensure_future(replay.check(body)))
+                    if len(flight) >= _WINDOW:
+                        _count(report, await flight.popleft())
         while flight:
             _count(report, await flight.popleft())
     finally:
@@ -173,8 +175,9 @@ async def _runs(
     run_ids: Sequence[str] | None,
     limit: int,
     include_ended: bool,
-) -> Any:
-    """The runs to check, in batches, at most ``limit`` of them."""
+) -> AsyncGenerator[list[RunRecord], None]:
+    """The runs to check, in batches, at most ``limit`` of them (the next page of a
+    listing read while the batches of this one replay)."""
     left = limit
     if run_ids is not None:  # named runs: ended ones too only with ``include_ended``
         wanted = list(dict.fromkeys(run_ids))[:limit]
@@ -187,10 +190,11 @@ async def _runs(
     statuses: Sequence[str | None] = [None] if include_ended else _LIVE
     for workflow in workflows:
         for status in statuses:
-            after: str | None = None
-            while left > 0:
-                asked = min(left, _PAGE)
-                page = await store.list_runs(
+
+            def page_after(
+                after: str | None, asked: int, workflow: str = workflow, status: str | None = status
+            ) -> Awaitable[list[RunRecord]]:
+                return store.list_runs(
                     workflow=workflow,
                     status=status,
                     limit=asked,
@@ -198,9 +202,23 @@ async def _runs(
                     order="oldest",
                     lean=True,
                 )
-                after = page[-1].run_id if page else None
-                left -= len(page)
-                for i in range(0, len(page), _BATCH):
-                    yield page[i : i + _BATCH]
-                if len(page) < asked:  # the last page: no query for an empty one
-                    break
+
+            asked = min(left, _PAGE)
+            coming: asyncio.Future[list[RunRecord]] | None
+            coming = asyncio.ensure_future(page_after(None, asked))
+            try:
+                while coming is not None:
+                    page = await coming
+                    coming = None
+                    left -= len(page)
+                    if len(page) == asked and left > 0:
+                        # The next page is read while this one's runs replay.
+                        asked = min(left, _PAGE)
+                        coming = asyncio.ensure_future(page_after(page[-1].run_id, asked))
+                    for i in range(0, len(page), _BATCH):
+                        yield page[i : i + _BATCH]
+            finally:
+                if coming is not None:
+                    coming.cancel()
+            if left <= 0:
+                return
