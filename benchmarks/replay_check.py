@@ -4,7 +4,9 @@
 Each run is stored as a pass leaves it while waiting for an event: three inline steps in
 the run's journal and the event wait in its step record. The runs are written straight
 through the store (one insert per run, the step records in bulk), not driven, so the
-setup takes seconds. Usage: python -m benchmarks.replay_check [--runs 10000] [--reps 3]
+setup takes seconds. The CPU time of this process and of the server (when the suite
+started it) is printed too: on a shared machine it moves less than the wall time.
+Usage: python -m benchmarks.replay_check [--runs 10000] [--reps 3]
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks import common
 from benchmarks.common import mongo_server, open_store
+from benchmarks.floor import server_cpu
 from engine_core import Engine, WorkflowContext
 from engine_core.records import AttemptEntry, RunRecord, StepRecord, utcnow
 from engine_core.run.divergence import callable_name
@@ -108,12 +112,18 @@ async def measure(uri: str, runs: int, reps: int) -> None:
         for moved in (False, True):
             engine = Engine(store)
             register(engine, moved=moved)
-            times, commands = [], 0
+            times, commands, cpu, served = [], 0, [], []
             for _ in range(reps):
                 before = sum(counter.counts.values())
+                server_before = server_cpu(common.SERVER_PID)
+                cpu_before = time.process_time()
                 began = time.perf_counter()
                 report = await engine.replay_check(limit=runs)
                 times.append(time.perf_counter() - began)
+                cpu.append(time.process_time() - cpu_before)
+                server_after = server_cpu(common.SERVER_PID)
+                if server_before is not None and server_after is not None:
+                    served.append(server_after - server_before)
                 commands = sum(counter.counts.values()) - before
                 assert report.checked == runs, report.checked
                 assert len(report.diverged) == (runs if moved else 0)
@@ -123,7 +133,8 @@ async def measure(uri: str, runs: int, reps: int) -> None:
                 f"{statistics.median(times):.2f} s (median of {reps}; "
                 f"{statistics.median(times) / runs * 1e6:.0f} us per run), "
                 f"{commands} commands ({commands / runs:.3f} per run), "
-                f"{len(report.diverged)} diverged"
+                f"{len(report.diverged)} diverged; CPU {statistics.median(cpu):.2f} s here"
+                + (f", {statistics.median(served):.2f} s in the server" if served else "")
             )
 
 

@@ -203,20 +203,20 @@ class Store(Protocol):
         created_before: datetime | None = None,
         version: str | None = None,
         order: str = "id",
+        lean: bool = False,
     ) -> list[RunRecord]:
         """Runs ordered by id, starting after the id ``after`` (keyset pagination);
-        ``order="newest"`` or ``"oldest"``: by creation time (ties by id), newest or
-        oldest first, starting after the run ``after`` (none when it is gone), served by
-        an index, never by sorting the runs in memory.
-
-        ``prefix``: only ids that start with it (compared as plain characters, never as a
-        pattern). ``created_since`` (inclusive) and ``created_before`` (exclusive): only
-        runs created in that range. ``version``: only runs started with that label."""
+        ``order="newest"`` or ``"oldest"``: by creation time (ties by id), newest or oldest
+        first, starting after the run ``after`` (none when it is gone), served by an index,
+        never by sorting the runs in memory. ``prefix``: only ids that start with it (as
+        plain characters, never a pattern). ``created_since`` (inclusive) and
+        ``created_before`` (exclusive): only runs created in that range. ``version``: only
+        runs started with that label. ``lean`` (``replay_check``): a store may leave what
+        dry replays never read (journal histories and times, flow control, lease) unset."""
 
     async def delete_runs(self, *, finished_before: datetime, limit: int) -> int:
         """Delete up to ``limit`` terminal runs last updated before ``finished_before``,
-        with their steps, events, streams and heartbeats. Returns how many runs were
-        deleted."""
+        with their steps, events, streams and heartbeats; returns how many it deleted."""
 
     # ---- forks (``engine.fork``) -----------------------------------------------
 
@@ -322,9 +322,11 @@ class Store(Protocol):
         """Every step record of the run (merge its ``journal`` for the latest outcomes:
         :func:`engine_core.journal.merged_steps`)."""
 
-    async def load_steps_of(self, run_ids: Sequence[str]) -> dict[str, list[StepRecord]]:
+    async def load_steps_of(
+        self, run_ids: Sequence[str], *, lean: bool = False
+    ) -> dict[str, list[StepRecord]]:
         """:meth:`load_steps` for many runs at once (an offline check reads thousands):
-        every step record of each run, by run id (runs with none map to ``[]``)."""
+        each run's step records by run id (none: ``[]``); ``lean`` as :meth:`list_runs`."""
 
     async def get_step(self, run_id: str, key: str) -> StepRecord | None:
         """One step record, or None (a step whose outcome is only in its run's journal
@@ -364,13 +366,12 @@ class Store(Protocol):
         self, functions: Sequence[str], *, holder: str, claim_ttl: float, limit: int
     ) -> list[StepRecord]:
         """Claim up to ``limit`` queue jobs among dispatched steps of these functions,
-        those due first.
-
-        Eligible: not halted, ``scheduled``, ``due_at`` reached. (A claim that lapsed is
-        put back by :meth:`requeue_lapsed_claims`.) Each claim sets ``running``, adds
-        one to ``attempts`` and sets the claim holder and expiry, atomically per job: of
-        any number of concurrent claimers exactly one gets each job attempt. Returns the
-        jobs claimed (after the claim); empty when nothing is due."""
+        those due first. Eligible: not halted, ``scheduled``, ``due_at`` reached. (A
+        claim that lapsed is put back by :meth:`requeue_lapsed_claims`.) Each claim sets
+        ``running``, adds one to ``attempts`` and sets the claim holder and expiry,
+        atomically per job: of any number of concurrent claimers exactly one gets each
+        job attempt. Returns the jobs claimed (after the claim); empty when nothing is
+        due."""
 
     async def find_claims(self, holder: str) -> list[StepRecord]:
         """Every queue job ``running`` under a claim of ``holder``."""

@@ -107,6 +107,25 @@ def step_from_text(run_id: str, text: Any) -> StepRecord:
     return StepRecord(**values)
 
 
+def lean_step_from_text(run_id: str, text: Any) -> StepRecord:
+    """:func:`step_from_text` for a dry replay: what a replay reads (kind, status,
+    attempts, result, error, order, callable), without the history or the times."""
+    data = cast(Doc, json.loads(cast(str, text)))
+    if data.get("v") != _VERSION:
+        return _from_long(run_id, data)
+    return StepRecord(
+        run_id=run_id,
+        key=data["k"],
+        kind=data.get("i", "inline"),
+        status=data.get("s", "pending"),
+        attempts=data.get("a", 0),
+        result=data.get("r"),
+        error=data.get("x"),
+        order=data.get("o"),
+        ran=data.get("rn"),
+    )
+
+
 def _entry_of(item: list[Any], base: int) -> AttemptEntry:
     started = item[3] if len(item) > 3 else None
     return AttemptEntry(

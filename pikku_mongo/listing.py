@@ -18,7 +18,7 @@ from pymongo.asynchronous.collection import AsyncCollection
 
 from engine_core.records import RunRecord
 from pikku_mongo.checks import check_datetime, check_int, check_opt_str
-from pikku_mongo.documents import made_key, run_from_doc
+from pikku_mongo.documents import lean_run_from_doc, made_key, run_from_doc
 from pikku_mongo.encoding import pack, to_us
 from pikku_mongo.filters import eq, id_prefix_range
 from pikku_mongo.retry import transient_retry
@@ -104,11 +104,15 @@ class ListingOps:
         created_before: datetime | None = None,
         version: str | None = None,
         order: str = "id",
+        lean: bool = False,
     ) -> list[RunRecord]:
         """1 find: by ``_id`` order with a limit; ``after`` and ``prefix`` are bounds on
         ``_id``, so the ``_id`` index serves them. By creation time (``order`` "newest"
         or "oldest"): 1 find on the ``made`` index (see ``pikku_mongo.listing``), and 1
-        more to read the ``made`` of ``after``."""
+        more to read the ``made`` of ``after``. ``lean``: decoded as
+        :func:`~pikku_mongo.documents.lean_run_from_doc` (no projection: nx-27017 reads
+        whole documents anyway, and spent more on projecting them than on sending
+        them)."""
         if check_int(limit, "limit") <= 0:
             return []
         query: Doc = {}
@@ -154,4 +158,5 @@ class ListingOps:
             # plan, which reads every run of a workflow (or status) and sorts them.
             cursor = cursor.hint(MADE_INDEX)
         docs = await cursor.to_list()
-        return [run_from_doc(doc) for doc in docs]
+        decode = lean_run_from_doc if lean else run_from_doc
+        return [decode(doc) for doc in docs]

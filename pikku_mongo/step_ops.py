@@ -26,7 +26,13 @@ from pikku_mongo.checks import (
     check_str,
     check_strs,
 )
-from pikku_mongo.documents import entry_from_text, step_doc_id, step_from_doc, step_to_doc
+from pikku_mongo.documents import (
+    entry_from_text,
+    lean_step_from_doc,
+    step_doc_id,
+    step_from_doc,
+    step_to_doc,
+)
 from pikku_mongo.encoding import pack, to_us
 from pikku_mongo.filters import (
     check_changes,
@@ -34,6 +40,7 @@ from pikku_mongo.filters import (
     eq,
     guard_filter,
     lapsed_claims_filter,
+    one_of,
     scheduled_from,
     step_id,
     step_update,
@@ -60,14 +67,18 @@ class StepOps(SkewBound, CausalReads):
         return [step_from_doc(doc) for doc in await self.read_all(self.steps, query)]
 
     @transient_retry
-    async def load_steps_of(self, run_ids: Sequence[str]) -> dict[str, list[StepRecord]]:
-        """1 find by ``run_id`` (``$in``; plus a getMore per further batch)."""
+    async def load_steps_of(
+        self, run_ids: Sequence[str], *, lean: bool = False
+    ) -> dict[str, list[StepRecord]]:
+        """1 find by ``run_id`` (:func:`~pikku_mongo.filters.one_of`; plus a getMore per
+        further batch)."""
         found: dict[str, list[StepRecord]] = {check_str(run_id, "run id"): [] for run_id in run_ids}
         if not found:
             return found
-        query = {"run_id": {"$in": [pack(r) for r in sorted(found)]}}
+        query = {"run_id": one_of([pack(r) for r in found])}
+        decode = lean_step_from_doc if lean else step_from_doc
         for doc in await self.read_all(self.steps, query):
-            step = step_from_doc(doc)
+            step = decode(doc)
             found.setdefault(step.run_id, []).append(step)
         return found
 

@@ -11,7 +11,12 @@ import pytest
 from engine_core import Engine, ReplayReport, WorkflowContext, WorkflowNotRegisteredError
 from engine_core.memory import InMemoryStore
 from engine_core.memory.cloning import clone
+from engine_core.records import StepRecord, utcnow
+from engine_core.run import replay_check as replay_check_module
+from engine_core.run.divergence import callable_name
+from engine_core.run.keys import CURRENT_SCHEME
 from engine_core.store import Store
+from engine_core.testing.builders import done_step, make_run
 
 
 def charge() -> str:
@@ -101,3 +106,44 @@ async def test_replay_check_lists_the_runs_that_would_diverge_and_writes_nothing
 async def test_replay_check_of_an_unknown_workflow_raises(engine: Engine) -> None:
     with pytest.raises(WorkflowNotRegisteredError):
         await engine.replay_check(workflow="nope")
+
+
+async def _store_parked(store: Store, run_id: str, step: str, fn: Any) -> None:
+    """A run of ``order`` as a pass leaves it: ``step`` finished, waiting on ``go``."""
+    recorded = done_step(run_id, step, result=f"{step}ped")
+    recorded.order, recorded.ran = 0, callable_name(fn)
+    journal = {step: recorded}
+    run = make_run(run_id, "order", journal=journal, key_scheme=CURRENT_SCHEME, passes=1)
+    await store.insert_run(run)
+    wait = StepRecord(
+        run_id=run_id, key="go", kind="event", status="scheduled", event="go",
+        scheduled_at=utcnow(), updated_at=utcnow(), order=1, ran="go",
+    )  # fmt: skip
+    await store.save_steps([wait])
+
+
+async def test_replay_check_reads_and_replays_a_few_runs_at_a_time_reporting_in_order(
+    store: Store, engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Runs listed four at a time (oldest first), their steps read two at a time and
+    replayed three at once (the check's page, batch and window, made small): every run
+    is checked once, and the divergent ones (each waiting a moment for branches that
+    never come) are reported in the order the runs are listed (as they were created),
+    whichever finishes first."""
+    monkeypatch.setattr(replay_check_module, "_PAGE", 4)
+    monkeypatch.setattr(replay_check_module, "_BATCH", 2)
+    monkeypatch.setattr(replay_check_module, "_WINDOW", 3)
+    _order(engine, {"v": 1})
+    moved = [f"r-{i}" for i in (1, 2, 4, 7, 8)]
+    for i in range(9):
+        run_id = f"r-{i}"
+        if run_id in moved:
+            await _store_parked(store, run_id, "ship", ship)
+        else:
+            await _store_parked(store, run_id, "charge", charge)
+    before = await _contents(store)
+    report = await engine.replay_check(workflow="order")
+    assert report.checked == 9
+    assert [d.run_id for d in report.diverged] == moved
+    assert all(d.step == "ship" and "new step 'charge'" in d.found for d in report.diverged)
+    assert await _contents(store) == before

@@ -26,7 +26,9 @@ class StepMemory:
     async def load_steps(self, run_id: str) -> list[StepRecord]:
         return [clone(s) for (rid, _), s in self._steps.items() if rid == run_id]
 
-    async def load_steps_of(self, run_ids: Sequence[str]) -> dict[str, list[StepRecord]]:
+    async def load_steps_of(
+        self, run_ids: Sequence[str], *, lean: bool = False
+    ) -> dict[str, list[StepRecord]]:
         found: dict[str, list[StepRecord]] = {run_id: [] for run_id in run_ids}
         for (rid, _), step in self._steps.items():
             if rid in found:

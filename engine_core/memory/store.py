@@ -315,6 +315,7 @@ class InMemoryStore(StepMemory, EventLeaseMemory, FlowMemory, WorkerMemory, Stre
         created_before: datetime | None = None,
         version: str | None = None,
         order: str = "id",
+        lean: bool = False,  # whole records: a copy costs no more than a lean one
     ) -> list[RunRecord]:
         if order != "id":
             return self._list_by_time(

@@ -10,8 +10,9 @@ a build that would break live runs before it ships.
 from __future__ import annotations
 
 import asyncio
-from collections import Counter
-from collections.abc import Callable, Sequence
+from collections import Counter, deque
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from contextlib import aclosing
 from typing import Any, Literal
 
 from engine_core.convert import declared_parameter
@@ -27,9 +28,13 @@ from engine_core.status import Divergence, ReplayReport
 from engine_core.store import Store
 from engine_core.values import check_name
 
-#: Runs replayed at once (their steps read in one command), and listed at once.
+#: Runs whose steps are read in one command, runs replayed at once, and runs listed at
+#: once, oldest first: pages by creation time are served by an index on nx-27017 as on
+#: MongoDB (by id, each page after the first filtered every run in Python there), so a
+#: page need not be large, and fewer listed runs alive cost less garbage collection.
 _BATCH = 256
-_PAGE = 10_000
+_WINDOW = 1024
+_PAGE = 2048
 #: A body that awaits something else than its steps for this long is left unchecked.
 _BODY_TIMEOUT_S = 10.0
 #: The statuses of runs that have not ended: the ones a deploy can break.
@@ -135,35 +140,33 @@ async def replay_check(
     """Replay up to ``limit`` stored runs of ``workflows`` (or the runs ``run_ids``)
     against the registered bodies; reads only."""
     report = ReplayReport(checked=0, diverged=[])
-    pending: tuple[list[RunRecord], asyncio.Task[dict[str, list[StepRecord]]]] | None = None
-    async for batch in _runs(store, workflows, run_ids, limit, include_ended):
-        # The next batch's steps are read while this one replays.
-        loading = asyncio.ensure_future(store.load_steps_of([r.run_id for r in batch]))
-        if pending is not None:
-            await _replay(report, bodies, *pending)
-        pending = (batch, loading)
-    if pending is not None:
-        await _replay(report, bodies, *pending)
+    # Replays in flight, oldest first: one that waits for branches of its body to catch
+    # up (an apparent swap gives them a moment) waits beside the others and beside the
+    # next batch's read, not before them. Reported in the order listed.
+    flight: deque[asyncio.Future[Divergence | None]] = deque()
+    try:
+        async with aclosing(_runs(store, workflows, run_ids, limit, include_ended)) as runs:
+            async for batch in runs:
+                loaded = await store.load_steps_of([r.run_id for r in batch], lean=True)
+                for run in batch:
+                    if (body := bodies(run.workflow)) is None:
+                        continue
+                    replay = DryReplay(run, merged(run, loaded.get(run.run_id, [])))
+                    flight.append(asyncio.ensure_future(replay.check(body)))
+                    if len(flight) >= _WINDOW:
+                        _count(report, await flight.popleft())
+        while flight:
+            _count(report, await flight.popleft())
+    finally:
+        for left in flight:
+            left.cancel()
     return report
 
 
-async def _replay(
-    report: ReplayReport,
-    bodies: Callable[[str], Callable[..., Any] | None],
-    batch: list[RunRecord],
-    loading: asyncio.Task[dict[str, list[StepRecord]]],
-) -> None:
-    loaded = await loading
-    replays = [
-        (DryReplay(run, merged(run, loaded.get(run.run_id, []))), body)
-        for run in batch
-        if (body := bodies(run.workflow)) is not None
-    ]
-    # Side by side: a replay that must wait for branches of its body to catch up (an
-    # apparent swap) waits beside the others, not before them.
-    found = await asyncio.gather(*(replay.check(body) for replay, body in replays))
-    report.checked += len(replays)
-    report.diverged += [d for d in found if d is not None]
+def _count(report: ReplayReport, found: Divergence | None) -> None:
+    report.checked += 1
+    if found is not None:
+        report.diverged.append(found)
 
 
 async def _runs(
@@ -172,8 +175,9 @@ async def _runs(
     run_ids: Sequence[str] | None,
     limit: int,
     include_ended: bool,
-) -> Any:
-    """The runs to check, in batches, at most ``limit`` of them."""
+) -> AsyncGenerator[list[RunRecord], None]:
+    """The runs to check, in batches, at most ``limit`` of them (the next page of a
+    listing read while the batches of this one replay)."""
     left = limit
     if run_ids is not None:  # named runs: ended ones too only with ``include_ended``
         wanted = list(dict.fromkeys(run_ids))[:limit]
@@ -186,14 +190,35 @@ async def _runs(
     statuses: Sequence[str | None] = [None] if include_ended else _LIVE
     for workflow in workflows:
         for status in statuses:
-            after: str | None = None
-            while left > 0:
-                page = await store.list_runs(
-                    workflow=workflow, status=status, limit=min(left, _PAGE), after=after
+
+            def page_after(
+                after: str | None, asked: int, workflow: str = workflow, status: str | None = status
+            ) -> Awaitable[list[RunRecord]]:
+                return store.list_runs(
+                    workflow=workflow,
+                    status=status,
+                    limit=asked,
+                    after=after,
+                    order="oldest",
+                    lean=True,
                 )
-                if not page:
-                    break
-                after = page[-1].run_id
-                left -= len(page)
-                for i in range(0, len(page), _BATCH):
-                    yield page[i : i + _BATCH]
+
+            asked = min(left, _PAGE)
+            coming: asyncio.Future[list[RunRecord]] | None
+            coming = asyncio.ensure_future(page_after(None, asked))
+            try:
+                while coming is not None:
+                    page = await coming
+                    coming = None
+                    left -= len(page)
+                    if len(page) == asked and left > 0:
+                        # The next page is read while this one's runs replay.
+                        asked = min(left, _PAGE)
+                        coming = asyncio.ensure_future(page_after(page[-1].run_id, asked))
+                    for i in range(0, len(page), _BATCH):
+                        yield page[i : i + _BATCH]
+            finally:
+                if coming is not None:
+                    coming.cancel()
+            if left <= 0:
+                return

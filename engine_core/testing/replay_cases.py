@@ -3,7 +3,7 @@ order and callable (in its record and in the run's journal), a run's version lab
 
 from __future__ import annotations
 
-from engine_core.records import utcnow
+from engine_core.records import StepRecord, utcnow
 from engine_core.store import Store
 from engine_core.testing.builders import begin, done_step, make_job, make_run
 
@@ -60,8 +60,40 @@ class ReplayRecordCases:
         await store.save_steps([done_step("run-1", "a"), done_step("run-1", "b")])
         await store.insert_step(make_job("run-2", "j"))
         await store.save_steps([done_step("run-3", "c")])
-        got = await store.load_steps_of(["run-1", "run-2", "empty"])
+        await store.save_steps([done_step("run-10", "between")])  # an id between them
+        got = await store.load_steps_of(["run-2", "run-1", "empty"])
         assert sorted(got) == ["empty", "run-1", "run-2"]
         assert sorted(s.key for s in got["run-1"]) == ["a", "b"]
         assert [s.key for s in got["run-2"]] == ["j"] and got["empty"] == []
         assert await store.load_steps_of([]) == {}
+
+    async def test_lean_reads_keep_what_a_replay_reads(self, store: Store) -> None:
+        """``lean=True`` (``replay_check``'s reads) may drop histories and times, never
+        what a dry replay reads of a run and its steps."""
+
+        def read(step: StepRecord) -> tuple[object, ...]:
+            return (step.key, step.kind, step.status, step.attempts, step.result)
+
+        def judged(step: StepRecord) -> tuple[object, ...]:
+            return (*read(step), step.error, step.order, step.ran, step.event)
+
+        ok = done_step("run-1", "a", result={"n": [1, "x"]})
+        ok.order, ok.ran = 0, "app:a"
+        bad = done_step("run-1", "b")
+        bad.status, bad.error, bad.order, bad.ran = "failed", {"type": "E", "message": "m"}, 1, "b"
+        await store.insert_run(make_run(version="v2", journal={"a": ok, "b": bad}))
+        await store.insert_step(make_job("run-1", "j", order=2, ran="fn"))
+        full = await store.list_runs(workflow="wf", status="running", limit=5, after=None)
+        lean = await store.list_runs(
+            workflow="wf", status="running", limit=5, after=None, lean=True
+        )
+        assert [(r.run_id, r.workflow, r.status, r.input, r.version) for r in lean] == [
+            (r.run_id, r.workflow, r.status, r.input, r.version) for r in full
+        ]
+        assert lean[0].key_scheme == full[0].key_scheme
+        assert sorted(map(judged, lean[0].journal.values())) == sorted(
+            map(judged, full[0].journal.values())
+        )
+        steps = (await store.load_steps_of(["run-1"], lean=True))["run-1"]
+        whole = (await store.load_steps_of(["run-1"]))["run-1"]
+        assert sorted(map(judged, steps)) == sorted(map(judged, whole))
