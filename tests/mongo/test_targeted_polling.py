@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from engine_core import Engine, WorkflowContext
-from engine_core.testing.builders import make_job
+from engine_core.testing.builders import make_job, make_run
 from pikku_mongo import MongoStore
 from pikku_mongo.poll_check import PollListener, polling
 from pikku_mongo.shard_keys import ShardKeyListener
@@ -87,7 +87,7 @@ async def test_polls_of_a_worker_and_an_admitter_read_by_shard_key(
 # back), says so, then hangs there until killed.
 _CHILD = """
 import asyncio, sys
-from engine_core.testing.builders import make_job
+from engine_core.testing.builders import make_job, make_run
 from pikku_mongo import MongoStore
 
 async def main() -> None:
@@ -98,6 +98,9 @@ async def main() -> None:
     if sys.argv[2] == "insert":
         store.job_index.add = hang
         await store.insert_step(make_job("r", "lost"))
+    elif sys.argv[2] == "line":
+        store.line_index.add = hang
+        await store.insert_run(make_run("lost", status="queued", queue="q"))
     else:
         await store.insert_step(make_job("r", "a", due_in=-3))
         await store.insert_step(make_job("r", "b", due_in=-2))
@@ -161,6 +164,23 @@ async def test_claims_whose_cleanup_died_with_their_process_run_once_each(
     again = await store.claim_steps(["fn"], holder="live", claim_ttl=30, limit=10)
     assert [(j.key, j.attempts, j.claim_holder) for j in again] == [("a", 2, "live")]
     assert await store.claim_steps(["fn"], holder="live", claim_ttl=30, limit=10) == []
+    await store.close()
+
+
+@pytest.mark.parametrize("server", SERVERS)
+async def test_a_run_whose_line_entry_died_with_its_process_is_admitted_after_one_sweep(
+    request: pytest.FixtureRequest, server: str
+) -> None:
+    store = await mongo_store(store_uri(request, server), targeted_polling=True)
+    await store.insert_run(make_run("first", status="queued", queue="q"))
+    await _kill_when_there(with_database(store_uri(request, server), store.database.name), "line")
+    assert (await store.get_run("lost")) is not None
+    assert [r.run_id for r in await store.queued_runs("q", limit=10)] == ["first"]
+    assert await store.requeue_lapsed_claims() == 0  # the recovery sweep
+    assert [r.run_id for r in await store.queued_runs("q", limit=10)] == ["first", "lost"]
+    assert await store.admit_runs(await store.queued_runs("q", limit=10)) == 2
+    assert await store.queued_runs("q", limit=10) == []  # admitted once; entries dropped
+    assert await store.lines.count_documents({}) == 0
     await store.close()
 
 
