@@ -344,5 +344,9 @@ class StepOps(SkewBound):
 
 
 def _requeues(changes: dict[str, Any]) -> bool:
-    """Whether a step write may have put a job (back) on the queue."""
-    return changes.get("status") == "scheduled" or changes.get("halted") is False
+    """Whether a step write may have put a queue job (back) on the queue: every such
+    write (an outcome to retry later, an unclaim, ``engine.retry``) ends a claim or sets
+    ``halted``, and a sleep or an inline retry does neither (so costs no read)."""
+    if changes.get("status") == "scheduled":
+        return "claim_holder" in changes or "halted" in changes
+    return changes.get("halted") is False

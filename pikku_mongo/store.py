@@ -154,10 +154,12 @@ class MongoStore(
         ``"500ms"``, the bound on clock differences between hosts that lease expiry
         tolerates (module docstring, "Clocks"); 0 on a single host. ``change_streams``:
         wake idle workers from a change stream where the server serves one.
-        ``targeted_polling``: keep the job index (:mod:`pikku_mongo.job_index`) so a
-        worker's poll for due jobs reads one shard, not every shard; None (the
-        default) turns it on at :meth:`init` when the server is a mongos (a sharded
-        cluster) and leaves it off elsewhere, where it would only cost writes."""
+        ``targeted_polling``: keep the job and line indexes
+        (:mod:`pikku_mongo.job_index`, :mod:`pikku_mongo.line_index`) so a worker's poll
+        for due jobs and an admitter's read of its line go to one shard, not every
+        shard; None (the default) turns it on at :meth:`init` when the server is a
+        mongos (a sharded cluster) and leaves it off elsewhere, where it would only
+        cost writes. Every process of a fleet must agree."""
         if not isinstance(database, AsyncDatabase):
             raise TypeError(
                 "MongoStore needs a pymongo AsyncDatabase (from pymongo.AsyncMongoClient), "
