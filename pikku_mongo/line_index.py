@@ -47,6 +47,19 @@ class LineIndex:
         self.lines = lines
         self.runs = runs
         self._writes = Batcher(lines, {"line": {"$exists": False}})
+        # The nonces of the entries this process read last (run id -> nonce), and the
+        # entries of runs it has admitted since: the next read deletes those first, so
+        # it does not read them again as stale.
+        self._read: dict[Any, str] = {}
+        self._gone: list[tuple[Any, str]] = []
+
+    def admitted(self, run_ids: Iterable[Any]) -> None:
+        """Runs (packed ids) this process admitted: their entries, as read, go with the
+        next :meth:`head` (no command now)."""
+        for run_id in run_ids:
+            nonce = self._read.pop(run_id, None)
+            if nonce is not None:
+                self._gone.append((run_id, nonce))
 
     async def create_indexes(self) -> None:
         await self.lines.create_indexes(LINE_INDEXES)
@@ -65,11 +78,17 @@ class LineIndex:
     @transient_retry
     async def head(self, bounds: Doc, limit: int, fields: Doc) -> list[Doc]:
         """The run documents at the head of a line (``bounds`` on the line key), in line
-        order, read with the projection ``fields`` (which keeps ``line``): 1 find of the
-        entries, 1 find of their runs by ``_id``, and, when some entries are stale
-        (their runs admitted, cancelled...), 1 ``delete_many`` of those and 1 more read
-        of entries past them (up to 4 reads in all)."""
+        order, read with the projection ``fields`` (which keeps ``line``): 1
+        ``delete_many`` of the entries of the runs this process admitted since its last
+        read (when there are some), 1 find of the entries, 1 find of their runs by
+        ``_id``, and, when some entries are stale (their runs admitted elsewhere,
+        cancelled...), 1 ``delete_many`` of those and 1 more read of entries past them
+        (up to 4 reads in all)."""
         found: list[Doc] = []
+        gone, self._gone = self._gone, []
+        await self._drop([{"_id": run_id, "v": nonce} for run_id, nonce in gone])
+        if len(self._read) > 10 * limit:  # runs read but admitted elsewhere, or never
+            self._read.clear()
         for _ in range(4):
             want = limit - len(found)
             cursor = self.lines.find({"line": bounds}).sort([("line", ASCENDING)])
@@ -84,6 +103,7 @@ class LineIndex:
             }
             stale = [e for e in entries if runs.get(e["_id"], {}).get("line") != e["line"]]
             found += [runs[e["_id"]] for e in entries if e not in stale]
+            self._read.update((e["_id"], e["v"]) for e in entries if e not in stale)
             await self._drop(stale)
             if not stale or len(entries) < want:
                 break

@@ -186,6 +186,8 @@ class QueueOps(DedupOps):
             for run in unique
         ]
         result = await self.runs.bulk_write(ops, ordered=False)
+        if self.line_index is not None:
+            self.line_index.admitted(pack(run.run_id) for run in unique)
         return result.modified_count
 
     @transient_retry
@@ -253,6 +255,8 @@ class QueueOps(DedupOps):
 
         if not await self.run_writes.guarded(query, update, landed):
             return None
+        if self.line_index is not None:
+            self.line_index.admitted([query["_id"]])
         return replace(
             run,
             status="running",
