@@ -222,3 +222,82 @@ async def test_the_check_flags_the_polls_of_an_untargeted_store(nx_uri: str) -> 
     assert [v.split(":")[0] for v in polls.violations] == ["claim_steps", "queued_runs"]
     assert "pikku_steps" in polls.violations[0] and "pikku_runs" in polls.violations[1]
     await store.close()
+
+
+# A run whose pass dispatches a job to a function served elsewhere, and dies between the
+# job's insert and its index entry.
+_DISPATCHER = """
+import asyncio, sys
+from engine_core import Engine
+from pikku_mongo import MongoStore
+
+async def main() -> None:
+    store = MongoStore.from_uri(sys.argv[1], max_clock_skew=0, targeted_polling=True)
+    engine = Engine(store, lease_ttl="1s")
+
+    @engine.workflow("w")
+    async def w(ctx, n):
+        return await ctx.dispatch("inc", "inc", n)
+
+    async def hang(*args, **kwargs):
+        print("there", flush=True)
+        await asyncio.Event().wait()
+
+    store.job_index.add = hang
+    async with engine:
+        await engine.start("w", 1, run_id="crashed")
+        await asyncio.Event().wait()
+
+asyncio.run(main())
+"""
+
+
+async def test_a_fleet_runs_once_the_job_of_a_process_killed_before_its_entry(
+    nx_uri: str,
+) -> None:
+    store = await mongo_store(nx_uri, targeted_polling=True)
+    uri = with_database(nx_uri, store.database.name)
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", _DISPATCHER, uri, stdout=asyncio.subprocess.PIPE
+    )
+    try:
+        assert child.stdout is not None
+        assert (await child.stdout.readline()).strip() == b"there"
+    finally:
+        child.kill()  # between the job's insert and its entry
+        await child.wait()
+    assert await store.jobs.count_documents({}) == 0
+    calls: list[int] = []
+    engine = Engine(store, lease_ttl="1s", recovery_interval="1s")
+
+    @engine.workflow("w")
+    async def w(ctx: WorkflowContext, n: int) -> int:
+        return int(await ctx.dispatch("inc", "inc", n))
+
+    @engine.step_function("inc")
+    async def inc(n: int) -> int:
+        calls.append(n)
+        return n + 1
+
+    async with engine:  # takes the run over; a recovery sweep gives the job its entry
+        assert await engine.result("crashed", timeout=60) == 2
+    assert calls == [1]
+    await store.close()
+
+
+async def test_on_by_topology_through_a_mongos(
+    nx_uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pikku_mongo.store as store_module
+
+    async def mongos_hello(database: Any) -> dict[str, Any]:
+        return {"msg": "isdbgrid", "ok": 1}  # what a mongos answers (no sharded server here)
+
+    monkeypatch.setattr(store_module, "hello", mongos_hello)
+    store = await mongo_store(nx_uri)
+    assert store.targeted_polling is None
+    assert store.job_index is not None and store.line_index is not None
+    await store.insert_step(make_job("r", "s"))
+    assert await store.jobs.count_documents({}) == 1
+    assert len(await store.claim_steps(["fn"], holder="w", claim_ttl=30, limit=1)) == 1
+    await store.close()
