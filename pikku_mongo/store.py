@@ -276,6 +276,11 @@ class MongoStore(
 
     @transient_retry
     async def _prepare(self) -> None:
+        # Before any write: on nx-27017 a command sent after an unacknowledged (w=0)
+        # index build was answered with another request's reply.
+        if self.targeted_polling is None and topology(await hello(self.database)) == "sharded":
+            log.info("a sharded cluster: targeted polling is on (the job and line indexes)")
+            self._target_polls()
         # Migrations must know their writes landed, whatever the store's write concern.
         meta, runs, steps, dedup = (
             c if c.write_concern.acknowledged else c.with_options(write_concern=WriteConcern())
@@ -288,9 +293,6 @@ class MongoStore(
         )
         self._ttl_refused = self._ttl_refused or not created
         await self.create_stream_indexes()
-        if self.targeted_polling is None and topology(await hello(self.database)) == "sharded":
-            log.info("a sharded cluster: targeted polling is on (the job and line indexes)")
-            self._target_polls()
         if self.job_index is not None and self.line_index is not None:
             await self.job_index.create_indexes()
             await self.line_index.create_indexes()
