@@ -19,6 +19,7 @@ import time
 from benchmarks.common import (
     DISPATCH_WF,
     REPO_ROOT,
+    STORE_OPTIONS,
     Measurement,
     add_counts,
     open_store,
@@ -39,6 +40,7 @@ async def _spawn_worker(uri: str) -> asyncio.subprocess.Process:
         "benchmarks.worker",
         "--uri",
         uri,
+        *(["--targeted-polling"] if STORE_OPTIONS.get("targeted_polling") else []),
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         cwd=str(REPO_ROOT),

@@ -405,6 +405,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         help="MongoStore's write concern: its durable default (majority, journaled), or "
         "w=1 (reads then use read concern local); W5's worker processes keep the default",
     )
+    parser.add_argument(
+        "--targeted-polling",
+        action="store_true",
+        help="MongoStore(targeted_polling=True) in every process, W5's workers included: "
+        "what the job and line indexes of a sharded cluster cost here",
+    )
     return parser.parse_args(argv)
 
 
@@ -426,6 +432,10 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks import common
 
         common.STORE_OPTIONS["write_concern"] = WriteConcern(w=1)
+    if args.targeted_polling:
+        from benchmarks import common
+
+        common.STORE_OPTIONS["targeted_polling"] = True
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     sizes = QUICK if args.quick else FULL
     if args.reps:

@@ -19,11 +19,13 @@ from benchmarks.common import CommandCounter, register_dispatch
 from engine_core import Engine
 
 
-async def serve(uri: str, concurrency: int) -> dict[str, int]:
+async def serve(uri: str, concurrency: int, targeted: bool) -> dict[str, int]:
     from pikku_mongo import MongoStore
 
     counter = CommandCounter()
-    store = MongoStore.from_uri(uri, event_listeners=[counter])
+    store = MongoStore.from_uri(
+        uri, event_listeners=[counter], targeted_polling=True if targeted else None
+    )
     engine = Engine(store, concurrency=concurrency)
     register_dispatch(engine, steps_function=True)
     loop = asyncio.get_running_loop()
@@ -42,9 +44,10 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--uri", required=True, help="MongoDB URI naming the database")
     parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--targeted-polling", action="store_true")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
-    commands = asyncio.run(serve(args.uri, args.concurrency))
+    commands = asyncio.run(serve(args.uri, args.concurrency, args.targeted_polling))
     print(json.dumps({"commands": commands}), flush=True)
 
 

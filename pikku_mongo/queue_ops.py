@@ -38,6 +38,7 @@ from pikku_mongo.documents import (
 )
 from pikku_mongo.encoding import from_us, pack, to_us, unpack, unpack_opt
 from pikku_mongo.filters import eq
+from pikku_mongo.line_index import LineIndex
 from pikku_mongo.op_ids import landed_filter, new_op
 from pikku_mongo.retry import transient_retry
 
@@ -98,6 +99,9 @@ class QueueOps(DedupOps):
     runs: AsyncCollection[Doc]
     queues: AsyncCollection[Doc]
     run_writes: Batcher
+    #: The index of queue lines when targeted polling is on (see
+    #: :mod:`pikku_mongo.line_index`), else None.
+    line_index: LineIndex | None
 
     @transient_retry
     async def get_queue_state(self, name: str) -> QueueState | None:
@@ -132,7 +136,8 @@ class QueueOps(DedupOps):
     async def queued_runs(
         self, queue: str, *, limit: int, after: LinePage | None = None
     ) -> list[RunRecord]:
-        """1 find over a range of the ``line`` index."""
+        """1 find over a range of the ``line`` index (with targeted polling, of the line
+        index: :meth:`LineIndex.head`)."""
         if check_int(limit, "limit") <= 0:
             return []
         low, high = line_bounds(check_str(queue, "queue name"))
@@ -147,6 +152,9 @@ class QueueOps(DedupOps):
                 ),
                 "$lt": high,
             }
+        if self.line_index is not None:  # targeted: see pikku_mongo.line_index
+            head = await self.line_index.head(bounds, limit, _LINE_FIELDS)
+            return [run_from_doc(doc) for doc in head]
         cursor = self.runs.find({"line": bounds}, _LINE_FIELDS).sort([("line", 1)]).limit(limit)
         return [run_from_doc(doc) for doc in await cursor.to_list()]
 
@@ -178,6 +186,8 @@ class QueueOps(DedupOps):
             for run in unique
         ]
         result = await self.runs.bulk_write(ops, ordered=False)
+        if self.line_index is not None:
+            self.line_index.admitted(pack(run.run_id) for run in unique)
         return result.modified_count
 
     @transient_retry
@@ -245,6 +255,8 @@ class QueueOps(DedupOps):
 
         if not await self.run_writes.guarded(query, update, landed):
             return None
+        if self.line_index is not None:
+            self.line_index.admitted([query["_id"]])
         return replace(
             run,
             status="running",
@@ -291,7 +303,11 @@ class QueueOps(DedupOps):
                 "status": eq("queued"),
                 "not_before_us": {"$exists": True},
             }
-            return after if await self.run_writes.guarded(guard, update) else None
+            if not await self.run_writes.guarded(guard, update):
+                return None
+            if self.line_index is not None and "line" in update["$set"]:
+                await self.line_index.add([{"_id": guard["_id"], **update["$set"]}])
+            return after
 
         unique = {r.run_id: r for r in runs}.values()
         released = await asyncio.gather(*(release(run) for run in unique))
@@ -355,6 +371,8 @@ class QueueOps(DedupOps):
             )
 
         doc = await transient_retry(once)()
+        if doc is not None and self.line_index is not None:
+            await self.line_index.add([doc])  # back in its line: see pikku_mongo.line_index
         return run_from_doc(doc) if doc is not None else None
 
     @transient_retry

@@ -38,6 +38,7 @@ from pikku_mongo.documents import (
 from pikku_mongo.encoding import dump_value, pack, to_us, unpack
 from pikku_mongo.filters import eq
 from pikku_mongo.journal_text import step_to_text
+from pikku_mongo.line_index import LineIndex
 from pikku_mongo.op_ids import landed_filter, new_op
 from pikku_mongo.retry import surface_oversize, transient_retry
 
@@ -80,6 +81,7 @@ class RunOps(DedupOps):
     streams: AsyncCollection[Doc]
     heartbeats: AsyncCollection[Doc]
     run_writes: Batcher
+    line_index: LineIndex | None
 
     # ---- creating and reading ---------------------------------------------------
 
@@ -102,16 +104,24 @@ class RunOps(DedupOps):
                 )
         while True:
             if await self.run_writes.insert(doc):
+                await self._lined(doc)
                 return None
             existing = await self.read_one(self.runs, {"_id": doc["_id"]})
             if existing is not None:
                 if existing.get("ins") == nonce:
+                    await self._lined(doc)
                     return None
                 if "dedup" in doc and existing.get("dedup") != doc["dedup"]:
                     # The id was taken by a run that does not hold this dedup id.
                     await self._release_dedup(doc["dedup"], doc["_id"])
                 return run_from_doc(existing)
             # Deleted between the commands: insert again.
+
+    async def _lined(self, doc: Doc) -> None:
+        """With targeted polling, a run inserted in its queue's line gets its line index
+        entry once the run is there (see :mod:`pikku_mongo.line_index`)."""
+        if self.line_index is not None and "line" in doc:
+            await self.line_index.add([doc])
 
     @transient_retry
     async def get_run(self, run_id: str) -> RunRecord | None:

@@ -4,7 +4,8 @@ On a sharded cluster (DESIGN.md 7b) ``runs`` and ``dedup`` are sharded on
 ``{_id: "hashed"}``, ``steps``, ``events``, ``streams`` and ``heartbeats`` on
 ``{run_id: "hashed"}``; ``leases``,
 ``queues``, ``queue_limits``, ``schedules``, ``workers``, ``forks`` (markers of forks
-being made) and ``meta`` stay unsharded. A
+being made), ``meta``, and the job and line indexes of targeted polling (``jobs``,
+``lines``: read at every poll, they must stay on one shard) stay unsharded. A
 single-document write (an update or delete of one document, a findAndModify) and every
 upsert must then name the full shard key by equality, or MongoDB refuses it (or, before
 7.1, scatters it): so every such filter of the store is built here, by
@@ -34,7 +35,17 @@ SHARD_KEYS: dict[str, str] = {
     "dedup": "_id",
 }
 #: The collections that stay unsharded (small, or read and written store-wide).
-UNSHARDED = ("leases", "queues", "queue_limits", "schedules", "workers", "forks", "meta")
+UNSHARDED = (
+    "leases",
+    "queues",
+    "queue_limits",
+    "schedules",
+    "workers",
+    "forks",
+    "meta",
+    "jobs",
+    "lines",
+)
 
 
 def run_filter(run_id: str) -> Doc:

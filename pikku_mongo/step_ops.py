@@ -45,6 +45,8 @@ from pikku_mongo.filters import (
     step_id,
     step_update,
 )
+from pikku_mongo.job_index import JobIndex
+from pikku_mongo.line_index import LineIndex
 from pikku_mongo.retry import surface_oversize, transient_retry
 from pikku_mongo.skew import SkewBound
 
@@ -59,6 +61,10 @@ class StepOps(SkewBound, CausalReads):
 
     steps: AsyncCollection[Doc]
     step_writes: Batcher
+    #: The index of claimable jobs when targeted polling is on (see
+    #: :mod:`pikku_mongo.job_index`), else None.
+    job_index: JobIndex | None
+    line_index: LineIndex | None
 
     @transient_retry
     async def load_steps(self, run_id: str) -> list[StepRecord]:
@@ -107,13 +113,17 @@ class StepOps(SkewBound, CausalReads):
         attempts stored than this record has is left as it is (its duplicate key is
         the guard failing). Safe to repeat."""
         writes = []
+        docs = []
         for step in steps:
             doc = step_to_doc(step)
+            docs.append(dict(doc))
             doc.pop("_id")
             guard = step_id(step.run_id, step.key)
             guard["attempts"] = {"$lte": check_int(step.attempts, "attempts")}
             writes.append(self.step_writes.upsert(guard, {"$set": doc}))
         await asyncio.gather(*writes)
+        if self.job_index is not None:
+            await self.job_index.add(docs)
 
     @surface_oversize
     async def insert_step(self, step: StepRecord) -> bool:
@@ -128,7 +138,10 @@ class StepOps(SkewBound, CausalReads):
                 {"_id": doc["_id"], "run_id": eq(doc["run_id"]), "ins": nonce}
             )
 
-        return await self.step_writes.insert(doc, confirm)
+        inserted = await self.step_writes.insert(doc, confirm)
+        if inserted and self.job_index is not None:
+            await self.job_index.add([doc])  # after the job: see pikku_mongo.job_index
+        return inserted
 
     @surface_oversize
     async def update_step(
@@ -155,7 +168,10 @@ class StepOps(SkewBound, CausalReads):
             async def confirm() -> bool:
                 return await self._has_entry(query, entry)
 
-        return await self.step_writes.guarded(query, update, confirm)
+        landed = await self.step_writes.guarded(query, update, confirm)
+        if landed and self.job_index is not None and _requeues(changes):
+            await self.job_index.refresh(step_id(run_id, key))
+        return landed
 
     @transient_retry
     async def _matches(self, query: Doc) -> bool:
@@ -190,15 +206,24 @@ class StepOps(SkewBound, CausalReads):
         guarded claims, one per job: its guard (still ``scheduled``, the same attempts,
         not halted) holds for exactly one of any number of concurrent claimers. (A
         repeat after a lost reply finds its own claims landed: each confirms by its
-        holder and attempt.)"""
+        holder and attempt.) With targeted polling (:mod:`pikku_mongo.job_index`) the
+        first find reads the job index instead, then 1 find of those jobs by ``_id`` and
+        shard key, the claims, and 1 ``delete_many`` of the entries claimed or stale."""
         wanted = {pack(f) for f in check_strs(functions, "step function")}
         if check_int(limit, "limit") <= 0 or not wanted:
             return []
         now = utcnow()
         expires = now + timedelta(seconds=self._ttl(claim_ttl, "claim_ttl"))
         who = pack(check_str(holder, "claim holder"))
-        cursor = self.steps.find(claim_filter(now)).sort([("due_at", 1)]).limit(limit * 4)
-        candidates = [d for d in await cursor.to_list() if d.get("function") in wanted]
+        entries: list[Doc] = []
+        if self.job_index is not None:
+            # Targeted (pikku_mongo.job_index): the entries due first, then their jobs.
+            entries = await self.job_index.due(sorted(wanted), to_us(now), limit * 4)
+            found = await self.job_index.steps_of(entries, claim_filter(now)) if entries else []
+            candidates = sorted(found, key=lambda d: (d["due_at"], d["_id"]))
+        else:
+            cursor = self.steps.find(claim_filter(now)).sort([("due_at", 1)]).limit(limit * 4)
+            candidates = [d for d in await cursor.to_list() if d.get("function") in wanted]
         claim = {
             "status": "running",
             "claim_holder": who,
@@ -234,6 +259,10 @@ class StepOps(SkewBound, CausalReads):
             # A claim lost to a rival goes to the next candidate.
             take, candidates = candidates[: limit - len(won)], candidates[limit - len(won) :]
             won += [s for s in await asyncio.gather(*(one(d) for d in take)) if s is not None]
+        if self.job_index is not None:
+            # Every entry read goes but those of jobs still claimable and not tried.
+            kept = {d["_id"] for d in candidates}
+            await self.job_index.drop([e for e in entries if e["_id"] not in kept])
         return won
 
     @transient_retry
@@ -249,7 +278,9 @@ class StepOps(SkewBound, CausalReads):
     @transient_retry
     async def requeue_lapsed_claims(self) -> int:
         """1 update_many, guarded by the lapsed claim (safe to repeat); lapsed means
-        ``max_clock_skew`` past its expiry by this host's clock."""
+        ``max_clock_skew`` past its expiry by this host's clock. With targeted polling,
+        then the restoring sweeps of the job and line indexes
+        (:meth:`JobIndex.restore`, :meth:`LineIndex.restore`)."""
         now = utcnow()
         result = await self.steps.update_many(
             lapsed_claims_filter(now - timedelta(microseconds=self._skew_us)),
@@ -263,6 +294,12 @@ class StepOps(SkewBound, CausalReads):
                 }
             },
         )
+        # Targeted polling: requeued jobs, and any job or run in a line whose index
+        # entry a dead process never wrote, get one (this is a recovery sweep).
+        if self.job_index is not None:
+            await self.job_index.restore(now)
+        if self.line_index is not None:
+            await self.line_index.restore()
         return int(result.modified_count)
 
     async def extend_claim(
@@ -283,11 +320,12 @@ class StepOps(SkewBound, CausalReads):
 
     @transient_retry
     async def halt_steps(self, run_id: str, halted: bool) -> None:
-        """1 update (multi)."""
-        await self.steps.update_many(
-            {"run_id": eq(pack(check_str(run_id, "run id"))), "kind": eq("dispatch")},
-            {"$set": {"halted": check_bool(halted, "halted")}},
-        )
+        """1 update (multi); with targeted polling, releasing a run's jobs also writes
+        their job index entries (1 find of the run's jobs, 1 upsert each)."""
+        where = {"run_id": eq(pack(check_str(run_id, "run id"))), "kind": eq("dispatch")}
+        await self.steps.update_many(where, {"$set": {"halted": check_bool(halted, "halted")}})
+        if not halted and self.job_index is not None:
+            await self.job_index.refresh({**where, "status": eq("scheduled")})
 
     @transient_retry
     async def find_scheduled_steps(
@@ -315,3 +353,12 @@ class StepOps(SkewBound, CausalReads):
         steps = [step_from_doc(doc) for doc in docs]
         steps.sort(key=lambda s: (s.due_at, s.run_id, s.key))
         return steps
+
+
+def _requeues(changes: dict[str, Any]) -> bool:
+    """Whether a step write may have put a queue job (back) on the queue: every such
+    write (an outcome to retry later, an unclaim, ``engine.retry``) ends a claim or sets
+    ``halted``, and a sleep or an inline retry does neither (so costs no read)."""
+    if changes.get("status") == "scheduled":
+        return "claim_holder" in changes or "halted" in changes
+    return changes.get("halted") is False

@@ -21,6 +21,9 @@ Collections (``prefix`` + name):
   :mod:`pikku_mongo.dedup_ops`).
 * ``streams`` and ``heartbeats``: a run's stream entries, one document each, and its
   steps' last heartbeats. See :mod:`pikku_mongo.stream_ops`.
+* ``jobs`` and ``lines``: with targeted polling, one entry per claimable queue job (by
+  step function and due time) and per run waiting in a queue's line. See
+  :mod:`pikku_mongo.job_index` and :mod:`pikku_mongo.line_index`.
 * ``queues``: ``_id`` = queue name; each queue's admission state, replaced by
   compare-and-set on its version. See :mod:`pikku_mongo.queue_ops`.
 
@@ -94,13 +97,15 @@ from pikku_mongo.errors import MissingDatabaseError
 from pikku_mongo.filters import eq
 from pikku_mongo.fork_ops import ForkOps
 from pikku_mongo.indexes import create_indexes
+from pikku_mongo.job_index import JobIndex
+from pikku_mongo.line_index import LineIndex
 from pikku_mongo.listing import ListingOps, backfill_made
 from pikku_mongo.migrations import migrate
 from pikku_mongo.queue_ops import QueueOps
 from pikku_mongo.retry import transient_retry
 from pikku_mongo.run_ops import RunOps
 from pikku_mongo.schedule_ops import ScheduleOps
-from pikku_mongo.server import ClockOffset, measure_clock_offset
+from pikku_mongo.server import ClockOffset, hello, measure_clock_offset, topology
 from pikku_mongo.step_ops import StepOps
 from pikku_mongo.stream_ops import StreamOps
 from pikku_mongo.watch import job_inserts
@@ -144,13 +149,20 @@ class MongoStore(
         read_concern: ReadConcern | None = None,
         max_clock_skew: Duration = DEFAULT_MAX_CLOCK_SKEW,
         change_streams: bool = True,
+        targeted_polling: bool | None = None,
     ) -> None:
         """``write_concern`` / ``read_concern``: pymongo objects replacing the durable
         defaults (module docstring). ``max_clock_skew``: seconds or a string such as
         ``"500ms"``, the bound on clock differences between hosts that lease expiry
         tolerates (module docstring, "Clocks"); 0 on a single host. ``change_streams``:
-        wake idle workers from a change stream where the server serves one. Deciding reads
-        are causally consistent when ``database``'s client has a
+        wake idle workers from a change stream where the server serves one.
+        ``targeted_polling``: keep the job and line indexes
+        (:mod:`pikku_mongo.job_index`, :mod:`pikku_mongo.line_index`) so a worker's poll
+        for due jobs and an admitter's read of its line go to one shard, not every
+        shard; None (the default) turns it on at :meth:`init` when the server is a
+        mongos (a sharded cluster) and leaves it off elsewhere, where it would only
+        cost writes. Every process of a fleet must agree. Deciding reads are causally
+        consistent when ``database``'s client has a
         :class:`~pikku_mongo.causal.OperationClock` among its event listeners."""
         if not isinstance(database, AsyncDatabase):
             raise TypeError(
@@ -163,6 +175,7 @@ class MongoStore(
         )
         self._skew_us = round(self.max_clock_skew * 1_000_000)
         self._watch = bool(change_streams)
+        self.targeted_polling = _check_targeting(targeted_polling)
         self.database = database
         self.prefix = prefix
         self._client: AsyncMongoClient[Any] | None = None  # set only when we own it
@@ -183,6 +196,12 @@ class MongoStore(
         self.dedup = self._collection("dedup")
         self.streams = self._collection("streams")
         self.heartbeats = self._collection("heartbeats")
+        self.jobs = self._collection("jobs")
+        self.lines = self._collection("lines")
+        self.job_index: JobIndex | None = None
+        self.line_index: LineIndex | None = None
+        if targeted_polling:
+            self._target_polls()
         # Group commit, one queue per collection written on the hot path. A document a
         # guarded upsert created has none of the fields every real document has.
         self.run_writes = Batcher(self.runs, {"workflow": {"$exists": False}})
@@ -202,6 +221,7 @@ class MongoStore(
         read_concern: ReadConcern | None = None,
         max_clock_skew: Duration = DEFAULT_MAX_CLOCK_SKEW,
         change_streams: bool = True,
+        targeted_polling: bool | None = None,
         **client_kwargs: Any,
     ) -> MongoStore:
         """A store on the database named in ``uri``'s path, with a client of its own
@@ -217,6 +237,7 @@ class MongoStore(
                 "e.g. mongodb://host:27017/mydb, or pass MongoStore(database=...)"
             )
         _options(write_concern, read_concern, max_clock_skew)  # before making a client
+        _check_targeting(targeted_polling)
         check_str(prefix, "collection prefix")
         listeners = [*(client_kwargs.pop("event_listeners", None) or []), CommandCounter()]
         if not any(isinstance(listener, OperationClock) for listener in listeners):
@@ -231,6 +252,7 @@ class MongoStore(
             read_concern=read_concern,
             max_clock_skew=max_clock_skew,
             change_streams=change_streams,
+            targeted_polling=targeted_polling,
         )
         store._client = client
         return store
@@ -263,6 +285,11 @@ class MongoStore(
 
     @transient_retry
     async def _prepare(self) -> None:
+        # Before any write: on nx-27017 a command sent after an unacknowledged (w=0)
+        # index build was answered with another request's reply.
+        if self.targeted_polling is None and topology(await hello(self.database)) == "sharded":
+            log.info("a sharded cluster: targeted polling is on (the job and line indexes)")
+            self._target_polls()
         # Migrations must know their writes landed, whatever the store's write concern.
         meta, runs, steps, dedup = (
             c if c.write_concern.acknowledged else c.with_options(write_concern=WriteConcern())
@@ -275,6 +302,14 @@ class MongoStore(
         )
         self._ttl_refused = self._ttl_refused or not created
         await self.create_stream_indexes()
+        if self.job_index is not None and self.line_index is not None:
+            await self.job_index.create_indexes()
+            await self.line_index.create_indexes()
+
+    def _target_polls(self) -> None:
+        """Keep the job and line indexes: polls then read one shard, not every shard."""
+        self.job_index = JobIndex(self.jobs, self.steps)
+        self.line_index = LineIndex(self.lines, self.runs)
 
     async def clock_offset(self, samples: int = 5) -> ClockOffset | None:
         """This host's clock against the server's: ``samples`` ``hello`` commands, the
@@ -418,6 +453,15 @@ def _options(
         raise TypeError(f"read_concern must be a pymongo ReadConcern, not {read_concern!r}")
     skew = parse_duration(max_clock_skew, what="max_clock_skew")
     return write_concern, read_concern, skew
+
+
+def _check_targeting(targeted_polling: object) -> bool | None:
+    if targeted_polling is not None and not isinstance(targeted_polling, bool):
+        raise TypeError(
+            "targeted_polling must be True, False or None (on for a sharded cluster), "
+            f"not {targeted_polling!r}"
+        )
+    return targeted_polling
 
 
 def _database_name(uri: str) -> str | None:

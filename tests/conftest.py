@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -102,14 +102,25 @@ def _drop_test_databases() -> Iterator[None]:
 StoreFactory = Callable[[], Any]
 
 
-@pytest.fixture(params=["memory", "mongo"])
-async def store(request: pytest.FixtureRequest) -> AsyncIterator[Store]:
-    """Every engine test runs on the in-memory store and on MongoStore."""
+async def open_store(request: pytest.FixtureRequest) -> Store:
+    """The store ``request.param`` names: "memory", "mongo" (on nx-27017) or
+    "mongo-targeted" (the same with targeted polling forced on, as on a sharded
+    cluster)."""
     if request.param == "memory":
         made: Store = InMemoryStore()
         await made.init()
-    else:
-        made = await mongo_store(request.getfixturevalue("nx_uri"))
+        return made
+    targeted = request.param == "mongo-targeted"
+    return cast(
+        Store,
+        await mongo_store(request.getfixturevalue("nx_uri"), targeted_polling=targeted or None),
+    )
+
+
+@pytest.fixture(params=["memory", "mongo"])
+async def store(request: pytest.FixtureRequest) -> AsyncIterator[Store]:
+    """Every engine test runs on the in-memory store and on MongoStore."""
+    made = await open_store(request)
     yield made
     await made.close()
 

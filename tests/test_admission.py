@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import AsyncIterator
 from types import SimpleNamespace
 from typing import Any
+
+import pytest
 
 from engine_core.flow.admission import Admitter
 from engine_core.flow.queues import declare
@@ -15,6 +18,16 @@ from engine_core.outages import Outages
 from engine_core.records import RunRecord
 from engine_core.store import Store
 from engine_core.testing.flow_cases import queued
+from tests.conftest import open_store
+
+
+@pytest.fixture(params=["memory", "mongo", "mongo-targeted"])
+async def store(request: pytest.FixtureRequest) -> AsyncIterator[Store]:
+    """These tests also run with targeted polling forced on (the job and line indexes a
+    sharded cluster gets)."""
+    made = await open_store(request)
+    yield made
+    await made.close()
 
 
 class Kicks:

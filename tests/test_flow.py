@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
@@ -20,6 +20,17 @@ from engine_core import (
     WorkflowDeadlineExceededError,
     WorkflowRunCancelledError,
 )
+from engine_core.store import Store
+from tests.conftest import open_store
+
+
+@pytest.fixture(params=["memory", "mongo", "mongo-targeted"])
+async def store(request: pytest.FixtureRequest) -> AsyncIterator[Store]:
+    """These tests also run with targeted polling forced on (the job and line indexes a
+    sharded cluster gets)."""
+    made = await open_store(request)
+    yield made
+    await made.close()
 
 
 class Gauge:

@@ -5,6 +5,7 @@ round trip would let it."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -12,6 +13,16 @@ import pytest
 from engine_core import Engine, StepFailedError, WorkflowContext, WorkflowRunFailedError
 from engine_core.records import StepRecord
 from engine_core.store import Store
+from tests.conftest import open_store
+
+
+@pytest.fixture(params=["memory", "mongo", "mongo-targeted"])
+async def store(request: pytest.FixtureRequest) -> AsyncIterator[Store]:
+    """These tests also run with targeted polling forced on (the job and line indexes a
+    sharded cluster gets)."""
+    made = await open_store(request)
+    yield made
+    await made.close()
 
 
 class GatedStore:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
@@ -16,6 +16,17 @@ from engine_core import (
     current_step,
 )
 from engine_core.records import utcnow
+from engine_core.store import Store
+from tests.conftest import open_store
+
+
+@pytest.fixture(params=["memory", "mongo", "mongo-targeted"])
+async def store(request: pytest.FixtureRequest) -> AsyncIterator[Store]:
+    """These tests also run with targeted polling forced on (the job and line indexes a
+    sharded cluster gets)."""
+    made = await open_store(request)
+    yield made
+    await made.close()
 
 
 async def test_sleep_parks_the_run_and_wakes_it(engine: Engine) -> None:

@@ -52,9 +52,9 @@ def _engine(store: MongoStore, log: str) -> Engine:
     return engine
 
 
-def _serve(uri: str, log: str, begin_at: float, seconds: float) -> None:
+def _serve(uri: str, log: str, begin_at: float, seconds: float, targeted: bool) -> None:
     async def serve() -> None:
-        store = MongoStore.from_uri(uri, max_clock_skew=0)
+        store = MongoStore.from_uri(uri, max_clock_skew=0, targeted_polling=targeted)
         try:
             await store.init()
             # Every process starts admitting at the same moment: their first rounds race.
@@ -93,13 +93,14 @@ def _peak(spans: list[tuple[float, float, str]]) -> int:
     return peak
 
 
+@pytest.mark.parametrize("targeted", [False, True], ids=["scan", "targeted"])
 @pytest.mark.parametrize("server", ["nx_uri", "mongoeco_uri"])
 async def test_four_processes_keep_the_limits_and_a_killed_one_loses_no_slot(
-    request: pytest.FixtureRequest, server: str, tmp_path: Path
+    request: pytest.FixtureRequest, server: str, targeted: bool, tmp_path: Path
 ) -> None:
     uri = with_database(request.getfixturevalue(server), f"adm_{uuid.uuid4().hex[:10]}")
     log = str(tmp_path / "attempts.jsonl")
-    store = MongoStore.from_uri(uri, max_clock_skew=0)
+    store = MongoStore.from_uri(uri, max_clock_skew=0, targeted_polling=targeted)
     await store.init()
     client = _engine(store, log)
     ids = []
@@ -113,7 +114,8 @@ async def test_four_processes_keep_the_limits_and_a_killed_one_loses_no_slot(
     context = multiprocessing.get_context("spawn")
     begin_at = time.time() + 3.0  # every process has imported and connected by then
     procs = [
-        context.Process(target=_serve, args=(uri, log, begin_at, 30.0)) for _ in range(PROCESSES)
+        context.Process(target=_serve, args=(uri, log, begin_at, 30.0, targeted))
+        for _ in range(PROCESSES)
     ]
     for proc in procs:
         proc.start()

@@ -1,5 +1,5 @@
 """4 OS processes claim the same 500 queued steps at once, in batches: exactly one winner
-per step."""
+per step (also with targeted polling: the claims then read the job index)."""
 
 from __future__ import annotations
 
@@ -23,9 +23,9 @@ STEPS = 500
 PROCESSES = 4
 
 
-def _claimer(uri: str, barrier_at: float, out: str) -> None:
+def _claimer(uri: str, barrier_at: float, out: str, targeted: bool) -> None:
     async def claim_all() -> list[str]:
-        store = MongoStore.from_uri(uri)
+        store = MongoStore.from_uri(uri, targeted_polling=targeted)
         won: list[str] = []
         try:
             await asyncio.sleep(max(0.0, barrier_at - time.time()))
@@ -45,12 +45,13 @@ def _claimer(uri: str, barrier_at: float, out: str) -> None:
         json.dump(won, handle)
 
 
+@pytest.mark.parametrize("targeted", [False, True], ids=["scan", "targeted"])
 @pytest.mark.parametrize("server", ["nx_uri", "mongoeco_uri"])
 async def test_concurrent_claims_from_four_processes(
-    request: pytest.FixtureRequest, server: str, tmp_path: object
+    request: pytest.FixtureRequest, server: str, targeted: bool, tmp_path: object
 ) -> None:
     uri = with_database(request.getfixturevalue(server), f"race_{uuid.uuid4().hex[:10]}")
-    store = MongoStore.from_uri(uri)
+    store = MongoStore.from_uri(uri, targeted_polling=targeted)
     await store.init()
     due = utcnow() - timedelta(seconds=1)
     for i in range(STEPS):
@@ -68,7 +69,9 @@ async def test_concurrent_claims_from_four_processes(
     context = multiprocessing.get_context("spawn")
     barrier_at = time.time() + 3.0  # every process has connected by then
     outputs = [f"{tmp_path}/claims-{n}.json" for n in range(PROCESSES)]
-    procs = [context.Process(target=_claimer, args=(uri, barrier_at, out)) for out in outputs]
+    procs = [
+        context.Process(target=_claimer, args=(uri, barrier_at, out, targeted)) for out in outputs
+    ]
     for proc in procs:
         proc.start()
     for proc in procs:

@@ -3,11 +3,14 @@
 Every command of the run goes through a :class:`~pikku_mongo.shard_keys.ShardKeyListener`:
 a single-document write or upsert on a sharded collection whose filter does not carry
 the collection's shard key fails the test that sent it (DESIGN.md 7b: no sharded server
-runs here, so this is what keeps the store servable by one)."""
+runs here, so this is what keeps the store servable by one). The suite runs again with
+targeted polling forced on (the job index a sharded cluster gets by default: see
+:mod:`pikku_mongo.job_index`)."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -17,9 +20,9 @@ from pikku_mongo.shard_keys import ShardKeyListener
 from tests.conftest import mongo_store
 
 
-async def _checked(uri: str) -> AsyncIterator[MongoStore]:
+async def _checked(uri: str, **options: Any) -> AsyncIterator[MongoStore]:
     listener = ShardKeyListener()
-    made = await mongo_store(uri, event_listeners=[listener])
+    made = await mongo_store(uri, event_listeners=[listener], **options)
     yield made
     await made.close()
     assert listener.checked > 0
@@ -37,4 +40,20 @@ class TestMongoStoreOnMongoeco(StoreConformance):
     @pytest.fixture
     async def store(self, mongoeco_uri: str) -> AsyncIterator[MongoStore]:
         async for made in _checked(mongoeco_uri):
+            yield made
+
+
+class TestTargetedPollingOnNx(StoreConformance):
+    @pytest.fixture
+    async def store(self, nx_uri: str) -> AsyncIterator[MongoStore]:
+        async for made in _checked(nx_uri, targeted_polling=True):
+            assert made.job_index is not None
+            yield made
+
+
+class TestTargetedPollingOnMongoeco(StoreConformance):
+    @pytest.fixture
+    async def store(self, mongoeco_uri: str) -> AsyncIterator[MongoStore]:
+        async for made in _checked(mongoeco_uri, targeted_polling=True):
+            assert made.job_index is not None
             yield made
