@@ -24,22 +24,25 @@ class StreamCases:
         assert await store.stream_length("run-1", "progress") == 0
         assert await store.stream_entries("run-1", "progress", offset=0, limit=10) == []
         values: list[Any] = [{"done": 1, "$set": "inert"}, "two", [3, None], 4.5]
-        for position, value in enumerate(values):
-            assert await store.append_stream(entry(position, value)) is None
+        # Made once: ``entry`` reads the clock, and a second boundary may pass meanwhile.
+        appended = [entry(position, value) for position, value in enumerate(values)]
+        for each in appended:
+            assert await store.append_stream(each) is None
         first = entry(0, {"done": 1, "$set": "inert"})
         there = await store.append_stream(entry(0, "another"))
         assert there is not None and there.value == first.value
         assert await store.stream_length("run-1", "progress") == 4
         read = await store.stream_entries("run-1", "progress", offset=1, limit=2)
         assert [(e.position, e.value) for e in read] == [(1, "two"), (2, [3, None])]
-        assert read[0] == entry(1, "two")
+        assert read[0] == appended[1]
 
     async def test_a_step_tag_and_a_closing_entry_round_trip(self, store: Store) -> None:
         tagged = entry(0, "tok", key="tokens", step="llm#1", attempt=2, n=7)
         await store.append_stream(tagged)
-        await store.append_stream(entry(1, key="tokens", closed=True))
+        closing = entry(1, key="tokens", closed=True)
+        await store.append_stream(closing)
         read = await store.stream_entries("run-1", "tokens", offset=0, limit=5)
-        assert read == [tagged, entry(1, key="tokens", closed=True)]
+        assert read == [tagged, closing]
         assert (read[0].step, read[0].attempt, read[0].n, read[1].closed) == ("llm#1", 2, 7, True)
 
     async def test_streams_are_kept_apart_by_run_and_key(self, store: Store) -> None:
