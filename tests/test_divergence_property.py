@@ -193,6 +193,20 @@ async def _until(engine: Engine, run_id: str, done: Any, timeout: float = 10) ->
         await asyncio.sleep(0.01)
 
 
+async def _quiet(engine: Engine, store: Store, run_id: str, timeout: float = 10) -> None:
+    """Until no pass of the run is in flight here and none is owed (this process drives
+    it alone; reads the engine's driver, which is not public API)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while True:
+        run = await store.get_run(run_id)
+        assert run is not None
+        if not engine._host.driver.driving(run_id) and not run.pending_pass:
+            return
+        assert loop.time() < end, run
+        await asyncio.sleep(0.01)
+
+
 _ENDED = {"completed", "failed", "compensated", "compensation_failed", "suspended"}
 
 
@@ -216,6 +230,9 @@ async def _check(
             run_id,
             lambda s: "hold" in s.steps and s.steps["hold"].status == "scheduled",
         )
+        # The deploy lands between passes: a pass still in flight (one more owed to an
+        # earlier event's kick) would replay the old code and could take the hold event.
+        await _quiet(engine, store, run_id)
         before = dict(world.succeeded)
         caught, j = False, 0
         if edit is not None:
