@@ -113,10 +113,11 @@ class StepOps(SkewBound, CausalReads):
         attempts stored than this record has is left as it is (its duplicate key is
         the guard failing). Safe to repeat."""
         writes = []
-        docs = []
+        docs = []  # whole, for the job index (only when targeted polling is on)
         for step in steps:
             doc = step_to_doc(step)
-            docs.append(dict(doc))
+            if self.job_index is not None:
+                docs.append(dict(doc))
             doc.pop("_id")
             guard = step_id(step.run_id, step.key)
             guard["attempts"] = {"$lte": check_int(step.attempts, "attempts")}
