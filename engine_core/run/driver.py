@@ -37,6 +37,9 @@ class Driver:
         self._driving: set[str] = set()
         # Runs this process kicked while it drove them: each gets one more pass.
         self._again: set[str] = set()
+        # Runs whose lease was handed to this process (admitted here) while a drive of
+        # the same run was ending: that drive takes the pass over, or a new one does.
+        self._handed: dict[str, RunRecord] = {}
         # Passes in flight, bounded too: hundreds of passes started at once would each
         # take a lease whose clock runs while they queue for the store.
         self._pass_slots = asyncio.Semaphore(runtime.config.concurrency)
@@ -72,6 +75,10 @@ class Driver:
         holds it. ``adopted``: the run as inserted holding this process's lease, whose
         first pass needs no begin."""
         if run_id in self._driving:
+            if adopted is not None:
+                # Its lease is ours already (token moved on): the pass must not be lost
+                # with the kick, or the run would wait for the lease to lapse.
+                self._handed[run_id] = adopted
             self._again.add(run_id)
             return False
         self._driving.add(run_id)  # at once, so a second kick before the task runs is a no-op
@@ -81,11 +88,17 @@ class Driver:
                 if not await self._drive(run_id, adopted) and on_taken is not None:
                     on_taken()
             finally:
-                self._driving.discard(run_id)
-                self._again.discard(run_id)
+                self._let_go(run_id)
 
         self.runtime.spawn(go(), f"pass of run {run_id}")
         return True
+
+    def _let_go(self, run_id: str) -> None:
+        self._driving.discard(run_id)
+        self._again.discard(run_id)
+        handed = self._handed.pop(run_id, None)
+        if handed is not None:  # the drive ended (broken or cancelled) before taking it
+            self.spawn(run_id, adopted=handed)
 
     async def drive(self, run_id: str) -> bool:
         """Give the run passes here now; False if another process holds it (True when
@@ -97,8 +110,7 @@ class Driver:
         try:
             return await self._drive(run_id, None)
         finally:
-            self._driving.discard(run_id)
-            self._again.discard(run_id)
+            self._let_go(run_id)
 
     async def _drive(self, run_id: str, adopted: RunRecord | None) -> bool:
         config = self.runtime.config
@@ -134,7 +146,7 @@ class Driver:
                             end = "unavailable"
                         run = await self.runtime.outages.call(
                             functools.partial(self._next, run, end)
-                        )
+                        ) or self._handed.pop(run_id, None)
                 finally:
                     self.runtime.give_queue_slot(first)
                 return True
@@ -146,7 +158,12 @@ class Driver:
         run_id = run.run_id
         holder, ttl = self.runtime.instance_id, self.runtime.config.lease_ttl
         if end == "terminal":
-            return None
+            if run_id not in self._again:
+                return None
+            # Kicked here as it ended: a retry may have made it live again, owed a pass.
+            return await self.store.begin_pass(
+                run_id, holder=holder, ttl=ttl, workflows=self.runtime.workflow_names()
+            )
         if end == "requeued":
             # This process is shutting down: the run is owed to the fleet.
             await self.store.request_pass(run_id)
