@@ -112,6 +112,120 @@ async def test_a_suspend_racing_a_resume_leaves_no_job_halted(store: Store) -> N
         assert await engine.result(run_id, timeout=10) == 1
 
 
+class HeldStore:
+    """Delegates to a real store; admissions and pass begins can be held until their
+    gate opens, and lease renewals refused (a process paused past its lease)."""
+
+    def __init__(self, inner: Store) -> None:
+        self._inner = inner
+        self.admit = Gate(closed=False)
+        self.begin = Gate(closed=False)
+        self.renew = True
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def admit_run_holding(self, run: Any, **kwargs: Any) -> Any:
+        await self.admit.pass_()
+        return await self._inner.admit_run_holding(run, **kwargs)
+
+    async def begin_pass(self, run_id: str, **kwargs: Any) -> Any:
+        await self.begin.pass_()
+        return await self._inner.begin_pass(run_id, **kwargs)
+
+    async def extend_pass(self, run_id: str, **kwargs: Any) -> bool:
+        return self.renew and bool(await self._inner.extend_pass(run_id, **kwargs))
+
+
+class Gate:
+    def __init__(self, *, closed: bool) -> None:
+        self.reached = asyncio.Event()
+        self.open = asyncio.Event()
+        if not closed:
+            self.open.set()
+
+    async def pass_(self) -> None:
+        self.reached.set()
+        await self.open.wait()
+
+    def close(self) -> None:
+        self.reached.clear()
+        self.open.clear()
+
+
+async def test_a_run_admitted_while_a_drive_of_it_ends_is_driven(store: Store) -> None:
+    """A retried run's admission hands this process its lease while a drive of the run
+    (kicked by an event, finding it not yet admitted) is still ending: the pass must
+    run here, not wait with the lease held by no one until it lapses."""
+    held = HeldStore(store)
+    engine = Engine(held, lease_ttl="60s")  # type: ignore[arg-type]
+    broken = {"on": True}
+
+    def check() -> str:
+        if broken["on"]:
+            raise ConnectionError("service down")
+        return "ok"
+
+    @engine.workflow("flaky")
+    async def flaky(ctx: WorkflowContext, data: Any) -> Any:
+        await ctx.step("check", check)
+        return await ctx.wait_for_event("go")
+
+    engine.queue("digests")
+    async with engine:
+        run_id = await engine.start("flaky", queue="digests", dedup_id="d7")
+        with pytest.raises(WorkflowRunFailedError):
+            await engine.result(run_id, timeout=10)
+        broken["on"] = False
+        held.admit.close()
+        held.begin.close()
+        await engine.retry(run_id)
+        await engine.send_event(run_id, "go", 1)  # kicks a drive: it waits to begin
+        await asyncio.wait_for(held.begin.reached.wait(), 10)
+        held.admit.open.set()  # admitted holding the lease while that drive is on
+        for _ in range(500):
+            if (await store.get_run(run_id)).status == "running":  # type: ignore[union-attr]
+                break
+            await asyncio.sleep(0.01)
+        held.begin.open.set()  # the drive finds the lease taken and ends
+        assert await engine.result(run_id, timeout=10) == 1
+
+
+async def test_a_pass_failing_after_it_lost_its_lease_leaves_no_job_halted(
+    store: Store,
+) -> None:
+    """A pass fenced out by a new owner (parked on the run's queue job) then fails: its
+    halt of the run's jobs must not outlive it, or no worker would take the job."""
+    held = HeldStore(store)
+    engine = Engine(held, lease_ttl="1s")  # type: ignore[arg-type]
+    release = asyncio.Event()
+
+    @engine.workflow("w")
+    async def w(ctx: WorkflowContext, data: Any) -> Any:
+        # "remote" is no step function here: the job waits on the queue.
+        armed = asyncio.ensure_future(ctx.dispatch("job", "remote"))
+        await release.wait()
+        raise RuntimeError(f"late failure ({armed.done()=})")
+
+    async with engine:
+        run_id = await engine.start("w")
+        while await store.get_step(run_id, "job") is None:
+            await asyncio.sleep(0.01)
+        held.renew = False
+        await asyncio.sleep(1.2)  # the lease lapses; another process takes the run
+        taken = await store.begin_pass(run_id, holder="another process", ttl=60)
+        assert taken is not None
+        release.set()  # the old pass fails, fenced out
+        for _ in range(500):  # until its drive ended (the driver is not public API)
+            await asyncio.sleep(0.01)
+            if not engine._host.driver.driving(run_id):
+                break
+        job = await store.get_step(run_id, "job")
+        run = await store.get_run(run_id)
+        assert job is not None and run is not None
+        assert (run.status, run.lease_holder, job.halted) == ("running", "another process", False)
+
+
 async def test_a_failure_beside_a_parked_wait_reaches_the_body(engine: Engine) -> None:
     async def charge() -> None:
         raise RuntimeError("card declined")

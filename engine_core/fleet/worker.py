@@ -218,9 +218,12 @@ class Worker:
             # attempt.
             run = await self.store.get_run(job.run_id)
             if run is None or run.status != "running":
-                holder = self.runtime.instance_id
-                await write(self.store, job.run_id, job.key, job_returned(job, holder))
-                await self.control.reconcile_halt(job.run_id)
+                # Both through an outage: a job left halted on a run that a resume put
+                # back to running would be taken by no worker.
+                back = job_returned(job, self.runtime.instance_id)
+                outages = self.runtime.outages
+                await outages.call(lambda: write(self.store, job.run_id, job.key, back))
+                await outages.call(lambda: self.control.reconcile_halt(job.run_id))
                 return
         function = self.runtime.step_fn(job.function or "")
         assert function is not None, "claims only take jobs of registered step functions"

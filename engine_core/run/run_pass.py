@@ -151,9 +151,17 @@ class RunPass(PassState):
         return "stopped"
 
     async def _fail(self, failure: BaseException) -> PassEnd:
-        error = error_info(failure)
-        # Queue jobs of a failing run must not start any more.
-        await self.store.halt_steps(self.run.run_id, True)
+        # Queue jobs of a failing run start no more. Halted before the write that ends
+        # the run, so that a retry (which needs the run failed) unhalts after; if that
+        # write is fenced out, the run is another pass's now and may be parked on one of
+        # them: the halt is undone unless the run was stopped.
+        await self.store.halt_steps(self.run_id, True)
+        end = await self._failing(error_info(failure))
+        if end == "stopped":
+            await self.runtime.outages.call(lambda: self.control.reconcile_halt(self.run_id))
+        return end
+
+    async def _failing(self, error: dict[str, Any]) -> PassEnd:
         if self._compensable():
             if not await self._settle("compensating", None, error):
                 return "stopped"
@@ -170,8 +178,14 @@ class RunPass(PassState):
         as a divergent one is; ``engine.resume`` after a fixed deploy replays it again."""
         error = {**error_info(failure), "type": "NonDeterminismError"}
         lifecycle_log.pass_diverged(self.run, error.get("step"), error["message"])
-        await self.store.halt_steps(self.run.run_id, True)
-        return await self._end("suspended", None, error)
+        end = await self._end("suspended", None, error)
+        if end == "terminal":
+            # As ``engine.suspend``, after the write that stopped the run (halted before
+            # it, a fenced-out write would leave another pass's run with halted jobs); a
+            # resume that raced the halt is reconciled.
+            await self.store.halt_steps(self.run_id, True)
+            await self.control.reconcile_halt(self.run_id)
+        return end
 
     def _compensable(self) -> list[StepRecord]:
         done = [

@@ -18,7 +18,7 @@ from engine_core.run.fork import KEYS_OF
 from engine_core.run.keys import child_run_id
 from engine_core.run.pass_state import Parked, PassState, stored_failure
 from engine_core.run.transitions import claimed as claim
-from engine_core.run.transitions import job_returned, woken, write
+from engine_core.run.transitions import job_unclaimed, woken, write
 from engine_core.runtime import JobSlot
 from engine_core.values import check_name, check_retries, to_stored
 
@@ -111,8 +111,8 @@ async def dispatch_step(
 async def _run_here(p: PassState, job: StepRecord, slot: JobSlot) -> StepRecord | None:
     """Put the job on the queue already claimed by this process and run it here while
     the pass waits (no park, no replay). Inserted first and started second: a stop
-    that lands in between fences the start, and the job goes back unrun. Returns the
-    job as recorded, or None when the pass must park instead."""
+    that lands in between fences the start, and the job goes back on the queue unrun.
+    Returns the job as recorded, or None when the pass must park instead."""
     holder = p.runtime.instance_id
     claimed = claim(job, holder, p.runtime.config.lease_ttl).apply(job)
     slot.hold(claimed)
@@ -128,8 +128,10 @@ async def _run_here(p: PassState, job: StepRecord, slot: JobSlot) -> StepRecord 
         await p.start(job.key, 0)
     except BaseException:
         slot.release()
-        await write(p.store, p.run_id, job.key, job_returned(claimed, holder))
-        await p.control.reconcile_halt(p.run_id)
+        # Back unhalted: the pass may have failed to start for a lost lease or an
+        # outage, not a stop, and the run's next owner may already be parked on the
+        # job. A worker that claims it reads the run first and halts it if stopped.
+        await write(p.store, p.run_id, job.key, job_unclaimed(claimed, holder))
         raise
     p.steps[job.key] = claimed
     await mirror_step(p.runtime.mirror, claimed)
