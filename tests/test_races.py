@@ -14,6 +14,7 @@ from engine_core import Engine, StepFailedError, WorkflowContext, WorkflowRunFai
 from engine_core.records import StepRecord
 from engine_core.store import Store
 from tests.conftest import open_store
+from tests.test_retry_flow import register_flaky
 
 
 @pytest.fixture(params=["memory", "mongo", "mongo-targeted"])
@@ -160,17 +161,7 @@ async def test_a_run_admitted_while_a_drive_of_it_ends_is_driven(store: Store) -
     held = HeldStore(store)
     engine = Engine(held, lease_ttl="60s")  # type: ignore[arg-type]
     broken = {"on": True}
-
-    def check() -> str:
-        if broken["on"]:
-            raise ConnectionError("service down")
-        return "ok"
-
-    @engine.workflow("flaky")
-    async def flaky(ctx: WorkflowContext, data: Any) -> Any:
-        await ctx.step("check", check)
-        return await ctx.wait_for_event("go")
-
+    register_flaky(engine, broken)
     engine.queue("digests")
     async with engine:
         run_id = await engine.start("flaky", queue="digests", dedup_id="d7")
