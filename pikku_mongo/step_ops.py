@@ -36,6 +36,7 @@ from pikku_mongo.filters import (
     scheduled_from,
     step_id,
     step_update,
+    step_upsert,
 )
 from pikku_mongo.retry import surface_oversize, transient_retry
 from pikku_mongo.skew import SkewBound
@@ -94,14 +95,7 @@ class StepOps(SkewBound):
         """1 upsert per step, group-committed: guarded by attempts, so a step with more
         attempts stored than this record has is left as it is (its duplicate key is
         the guard failing). Safe to repeat."""
-        writes = []
-        for step in steps:
-            doc = step_to_doc(step)
-            doc.pop("_id")
-            guard = step_id(step.run_id, step.key)
-            guard["attempts"] = {"$lte": check_int(step.attempts, "attempts")}
-            writes.append(self.step_writes.upsert(guard, {"$set": doc}))
-        await asyncio.gather(*writes)
+        await asyncio.gather(*(self.step_writes.upsert(*step_upsert(s)) for s in steps))
 
     @surface_oversize
     async def insert_step(self, step: StepRecord) -> bool:
