@@ -36,7 +36,7 @@ from pikku_mongo.documents import (
     run_to_doc,
 )
 from pikku_mongo.encoding import dump_value, pack, to_us, unpack
-from pikku_mongo.filters import eq
+from pikku_mongo.filters import eq, step_upsert
 from pikku_mongo.journal_text import step_to_text
 from pikku_mongo.line_index import LineIndex
 from pikku_mongo.op_ids import landed_filter, new_op
@@ -259,34 +259,65 @@ class RunOps(DedupOps):
             f"inflight.{inflight_field(d)}": ""
             for d in {check_str(d, "finished step key") for d in done} - {started}
         }
-        _journal_changes(to_set, to_unset, outcomes, forget)
         query = {
             "_id": _id(run_id),
             "status": check_str(status, "run status"),
             "token": check_int(token, "token"),
         }
+        beside: list[tuple[Doc, Doc]] = []
+        fallback = None
+        if outcomes and self.run_writes.beside_served:
+            # The outcomes go to their step documents in the same command, only if this
+            # write lands (pikku_mongo.riding); the journal form is kept for a server
+            # found out to serve no such command on this very write.
+            journal_set, journal_unset = dict(to_set), dict(to_unset)
+            _journal_changes(journal_set, journal_unset, outcomes, forget)
+            fallback = _update(journal_set, journal_unset)
+            _journal_changes(to_set, to_unset, (), forget)
+            beside = [step_upsert(outcome) for outcome in outcomes]
+        else:
+            _journal_changes(to_set, to_unset, outcomes, forget)
         # Landed, but the run taken over since (a newer pass's begin leaves ``ops`` as
         # they were): the pass is fenced out as if it had not, so it starts no step body for
         # an attempt the newer pass has already counted lost.
-        return await self._guarded(query, to_set, to_unset, still=("token",))
+        return await self._guarded(
+            query, to_set, to_unset, still=("token",), beside=beside, fallback=fallback
+        )
+
+    def journals_outcomes(self) -> bool:
+        """False while the server serves client-level ``bulkWrite``: the outcomes of
+        ``start_step`` and ``record_steps`` then go to their step records in the same
+        command (the run's journal keeps only what ``settle_run`` puts there)."""
+        return not self.run_writes.beside_served
 
     async def _guarded(
-        self, query: Doc, to_set: Doc, to_unset: Doc, *, still: Sequence[str] = ()
+        self,
+        query: Doc,
+        to_set: Doc,
+        to_unset: Doc,
+        *,
+        still: Sequence[str] = (),
+        beside: Sequence[tuple[Doc, Doc]] = (),
+        fallback: Doc | None = None,
     ) -> bool:
         """A guarded write of the run that knows, when it is sent again after a lost
         reply and finds its guard failed, whether its first try landed: it carries an
         operation id, and the run keeps the last few (see :mod:`pikku_mongo.op_ids`).
         ``still``: fields of the guard that must hold yet for a landed first try to
-        count."""
+        count. ``beside`` and ``fallback``: see :meth:`Batcher.guarded`."""
         update = _update(to_set, to_unset)
         op = new_op(update)
+        if fallback is not None:
+            fallback["$push"] = update["$push"]
         mine: Doc = {**landed_filter(query["_id"], op), **{f: query[f] for f in still}}
 
         async def landed() -> bool:
             doc = await self.read_one(self.runs, mine, {"_id": 1})
             return doc is not None
 
-        return await self.run_writes.guarded(query, update, landed)
+        return await self.run_writes.guarded(
+            query, update, landed, beside=beside, fallback=fallback
+        )
 
     @surface_oversize
     async def settle_run(

@@ -7,9 +7,11 @@ fence it), recording an outcome, and parking the pass.
 
 One write per step: an outcome is not written on its own. It rides on the write that
 starts the next step (or parks or ends the pass), into the run's journal
-(:mod:`engine_core.journal`); the body between two steps is deterministic, so the
-outcome only has to be durable by then. An outcome that would wait longer (the body
-awaits something else first) goes in a write of its own as soon as the body yields.
+(:mod:`engine_core.journal`), or, on a store whose run record must not grow, into its
+step record by the same write (``journal.journals``); the body between two steps
+is deterministic, so the outcome only has to be durable by then. An outcome that would
+wait longer (the body awaits something else first) goes in a write of its own as soon
+as the body yields.
 
 No outcome is ever dropped. The journal holds at most ``journal_room`` characters: the
 outcomes a write would take it past (many steps ending at once) go to their step
@@ -33,7 +35,14 @@ from datetime import datetime
 from typing import Any, NoReturn, TypeVar
 
 from engine_core.errors import StepFailedError
-from engine_core.journal import FLUSH_AT, JOURNAL_BYTES, LARGE_OUTCOME, RECORD_ROOM, merged
+from engine_core.journal import (
+    FLUSH_AT,
+    JOURNAL_BYTES,
+    LARGE_OUTCOME,
+    RECORD_ROOM,
+    journals,
+    merged,
+)
 from engine_core.mirror import mirror_step
 from engine_core.outages import StoreDown
 from engine_core.records import RunRecord, RunState, StepRecord, utcnow
@@ -345,7 +354,10 @@ class PassState:
             raise
         kept = {s.key for s in outcomes}
         forget |= {s.key for s in moved if s.key in self._journal or s.key in sizes}
-        return outcomes, done, forget - kept
+        # An outcome replaces its key's entry in the journal, or, written to its step
+        # record instead (``journal.journals``), drops that entry: the entry would hide
+        # the record from readers.
+        return outcomes, done, (forget - kept) | (kept & self._journal.keys())
 
     def _give_back(self, outcomes: list[StepRecord], done: set[str], forget: set[str]) -> None:
         """A write that was to carry these failed: the next one carries them (a record
@@ -364,6 +376,12 @@ class PassState:
             raise Stopped()
         for key in forget:
             self._journal.pop(key, None)
+        if not journals(self.store):
+            # In their step records already: the journal does not grow.
+            for outcome in outcomes:
+                self._sizes.pop(outcome.key, None)
+                await mirror_step(self.runtime.mirror, outcome)
+            return
         for outcome in outcomes:
             self._journal[outcome.key] = outcome
             await mirror_step(self.runtime.mirror, outcome)

@@ -73,33 +73,38 @@ def starts_first_step(command: dict[str, Any]) -> bool:
     return bool(sets(update, "inflight.")) and not sets(update, "journal.")
 
 
-def carries(key: str, *, starting: bool) -> Where:
-    """A write on the run carrying ``key``'s outcome into its journal: start_step (an
-    entry put in flight too) or record_steps (the outcome alone)."""
+def client_ops(command: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """The updates of a client-level ``bulkWrite``, each with its collection, in the
+    shape of an ``update`` command's (``q``, ``u``, ``upsert``)."""
+    if "bulkWrite" not in command:
+        return []
+    spaces = [str(ns.get("ns", "")).partition(".")[2] for ns in command.get("nsInfo", [])]
+    return [
+        (spaces[op["update"]],
+         {"q": op.get("filter", {}), "u": op.get("updateMods", {}),
+          "upsert": op.get("upsert", False)})
+        for op in command.get("ops", [])
+        if "update" in op
+    ]  # fmt: skip
+
+
+def rides(key: str, *, starting: bool, run_id: str = RUN) -> Where:
+    """A client-level ``bulkWrite`` carrying ``key``'s outcome to its step document
+    after the run's guarded write: start_step (an entry put in flight) or record_steps
+    (the outcome alone)."""
 
     def where(command: dict[str, Any]) -> bool:
-        update = run_update(command)
-        entries = [update["u"]["$set"][n] for n in sets(update, "journal.")] if update else []
+        ops = client_ops(command)
+        run = [u for ns, u in ops if ns == "pikku_runs" and u["q"].get("_id") == run_id]
+        step = [u for ns, u in ops if ns == "pikku_steps" and u["u"]["$set"].get("key") == key]
         return (
-            any(f'"k":"{key}"' in e or f'"key":"{key}"' in e for e in entries)
-            and bool(sets(update, "inflight.")) == starting
-            and "lease_us" not in sets(update, "")
+            len(run) == 1
+            and bool(sets(run[0], "inflight.")) == starting
+            and "lease_us" not in sets(run[0], "")
+            and bool(step)
         )
 
     return where
-
-
-def releases_dropping_a_copied_entry(command: dict[str, Any]) -> bool:
-    """release_pass that also drops journal entries already copied to step records
-    (the sleep's, at the end of the pass that woke it)."""
-    update = run_update(command)
-    return (
-        update is not None
-        and update["q"].get("token") == 2  # the pass that woke the sleep
-        and update["u"]["$set"].get("lease_us") == 0
-        and "status" not in update["u"]["$set"]
-        and any(n.startswith("journal.") for n in update["u"].get("$unset", {}))
-    )
 
 
 def tells_parent_of_a_change(command: dict[str, Any]) -> bool:
@@ -150,17 +155,18 @@ WRITES: list[tuple[str, str, Where | Nth]] = [
     ("release_pass: update on runs", "update",
      {"update": "pikku_runs", "updates.0.q._id": RUN, "updates.0.q.token": 1,
       "updates.0.u.$set.lease_us": 0}),
-    ("release_pass dropping copied journal entries: update on runs", "update",
-     releases_dropping_a_copied_entry),
     ("start_step: update on runs", "update", Nth(1, starts_first_step)),
-    ("start_step carrying an inline outcome: update on runs", "update",
-     carries("a", starting=True)),
-    ("record_steps carrying an inline outcome: update on runs", "update",
-     carries("b", starting=False)),
-    ("record_steps carrying a sleep's outcome: update on runs", "update",
-     carries("nap", starting=False)),
-    ("start_step carrying an event's outcome: update on runs", "update",
-     carries("go", starting=True)),
+    # nx-27017 serves the client-level bulkWrite: an outcome goes to its step document
+    # in the command of the run write that carries it (the journal is for servers
+    # without that command, where its writes are the ones above and the copies below).
+    ("start_step carrying an inline outcome: bulkWrite on runs and steps", "bulkWrite",
+     rides("a", starting=True)),
+    ("record_steps carrying an inline outcome: bulkWrite on runs and steps", "bulkWrite",
+     rides("b", starting=False)),
+    ("record_steps carrying a sleep's outcome: bulkWrite on runs and steps", "bulkWrite",
+     rides("nap", starting=False)),
+    ("start_step carrying an event's outcome: bulkWrite on runs and steps", "bulkWrite",
+     rides("go", starting=True)),
     ("dispatch: insert into steps, claimed here", "insert",
      {"insert": "pikku_steps", "documents.0.key": "job"}),
     ("dispatched outcome: update on steps", "update",
@@ -186,10 +192,6 @@ WRITES: list[tuple[str, str, Where | Nth]] = [
     ("parent told of the child's end: update on runs", "update", tells_parent_of_a_change),
     ("child step marked notified: update on steps", "update",
      {"update": "pikku_steps", "updates.0.u": {"$set": {"notified": True}}}),
-    ("save_steps, journal copy of the sleep: upsert on steps", "update",
-     {"update": "pikku_steps", "updates.0.u.$set.key": "nap", "updates.0.upsert": True}),
-    ("save_steps, journal copy of the event: upsert on steps", "update",
-     {"update": "pikku_steps", "updates.0.u.$set.key": "go", "updates.0.upsert": True}),
     ("settle: update on runs", "update",
      {"update": "pikku_runs", "updates.0.q._id": RUN, "updates.0.u.$set.status": "completed"}),
     # Recovery sweeps every second: its first sweep's writes.
@@ -234,6 +236,24 @@ def bulk(collection: str, write: Callable[[dict[str, Any]], bool]) -> Where:
     return where
 
 
+def riding_bulk(run_write: Callable[[dict[str, Any]], bool]) -> Where:
+    """A group-committed client-level ``bulkWrite`` (ordered: each run's guarded upsert
+    before its outcomes' step upserts) of several runs, one of whose run writes
+    satisfies ``run_write`` and carries an outcome."""
+
+    def where(command: dict[str, Any]) -> bool:
+        ops = client_ops(command)
+        runs = [u for ns, u in ops if ns == "pikku_runs"]
+        return (
+            command.get("ordered") is True
+            and len(runs) > 1
+            and any(u["upsert"] and run_write(u) for u in runs)
+            and any(ns == "pikku_steps" for ns, _ in ops)
+        )
+
+    return where
+
+
 def setting(update: dict[str, Any], prefix: str) -> bool:
     return any(name.startswith(prefix) for name in update["u"].get("$set", {}))
 
@@ -243,11 +263,10 @@ BULK_WRITES: list[tuple[str, str, Where]] = [
     ("starts: bulk insert into runs", "insert", bulk("pikku_runs", lambda d: True)),
     ("start_step: bulk of guarded upserts on runs", "update", bulk("pikku_runs",
      lambda u: u["upsert"] and setting(u, "inflight.") and not setting(u, "journal."))),
-    ("start_step carrying outcomes: bulk on runs", "update", bulk("pikku_runs",
-     lambda u: u["upsert"] and setting(u, "inflight.") and setting(u, "journal."))),
-    ("record_steps: bulk on runs", "update", bulk("pikku_runs",
-     lambda u: u["upsert"] and not setting(u, "inflight.") and setting(u, "journal.")
-     and "lease_us" not in u["u"]["$set"])),
+    ("start_step carrying outcomes: ordered bulkWrite on runs and steps", "bulkWrite",
+     riding_bulk(lambda u: setting(u, "inflight."))),
+    ("record_steps: ordered bulkWrite on runs and steps", "bulkWrite",
+     riding_bulk(lambda u: not setting(u, "inflight.") and "lease_us" not in u["u"]["$set"])),
     ("dispatches: bulk insert into steps, claimed here", "insert",
      bulk("pikku_steps", lambda d: d["kind"] == "dispatch")),
     ("dispatched outcomes: bulk on steps", "update", bulk("pikku_steps",
