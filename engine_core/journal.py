@@ -10,7 +10,7 @@ grow with the run's length writes them to the step records instead, by the same 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from engine_core.records import RunRecord, StepRecord
 
@@ -51,11 +51,11 @@ def merged_steps(run: RunRecord, steps: Iterable[StepRecord]) -> list[StepRecord
     return list(merged(run, steps).values())
 
 
-def journals(store: object) -> bool:
-    """Whether ``store``'s ``start_step`` and ``record_steps`` put their outcomes in the
-    run's journal (the ``Store`` protocol's default). A store that writes them to their
-    step records instead, in the same write and only if it lands, says so with a method
-    ``journals_outcomes() -> bool``; asked after such a write, it answers for that write.
-    """
-    probe: Callable[[], bool] | None = getattr(store, "journals_outcomes", None)
-    return True if probe is None else bool(probe())
+def journals(store: object, outcomes: Sequence[StepRecord] = ()) -> bool:
+    """Whether ``store``'s ``start_step`` and ``record_steps`` put ``outcomes`` in the
+    run's journal (the ``Store`` protocol's default). A store that may write them to
+    their step records instead, in the same write and only if it lands, says which with
+    a method ``journals_outcomes(outcomes) -> bool``; asked after such a write, it
+    answers for that write."""
+    probe: Callable[[Sequence[StepRecord]], bool] | None = getattr(store, "journals_outcomes", None)
+    return True if probe is None else bool(probe(outcomes))

@@ -53,6 +53,12 @@ def _id(run_id: str) -> str:
     return pack(check_str(run_id, "run id"))
 
 
+#: How many of a run's steps, by order of first start, keep their outcomes in the run's
+#: journal: short runs (most runs) then write no step document for an inline step, and
+#: a long run's document stops growing there. 16 compact entries are about 2 KB.
+JOURNALED_STEPS = 16
+
+
 def _journal_changes(
     to_set: Doc, to_unset: Doc, outcomes: Sequence[StepRecord], forget: Iterable[str]
 ) -> None:
@@ -82,6 +88,8 @@ class RunOps(DedupOps):
     heartbeats: AsyncCollection[Doc]
     run_writes: Batcher
     line_index: LineIndex | None
+    #: See :meth:`journals_outcomes` (tests set 0 to send every outcome beside).
+    journaled_steps: int = JOURNALED_STEPS
 
     # ---- creating and reading ---------------------------------------------------
 
@@ -266,7 +274,7 @@ class RunOps(DedupOps):
         }
         beside: list[tuple[Doc, Doc]] = []
         fallback = None
-        if outcomes and self.run_writes.beside_served:
+        if not self.journals_outcomes(outcomes):
             # The outcomes go to their step documents in the same command, only if this
             # write lands (pikku_mongo.riding); the journal form is kept for a server
             # found out to serve no such command on this very write.
@@ -284,11 +292,16 @@ class RunOps(DedupOps):
             query, to_set, to_unset, still=("token",), beside=beside, fallback=fallback
         )
 
-    def journals_outcomes(self) -> bool:
-        """False while the server serves client-level ``bulkWrite``: the outcomes of
-        ``start_step`` and ``record_steps`` then go to their step records in the same
-        command (the run's journal keeps only what ``settle_run`` puts there)."""
-        return not self.run_writes.beside_served
+    def journals_outcomes(self, outcomes: Sequence[StepRecord]) -> bool:
+        """Whether ``start_step`` and ``record_steps`` put ``outcomes`` in the run's
+        journal. A run's first :attr:`journaled_steps` steps (by order of first start)
+        ride there, so a short run writes no step document; while the server serves
+        client-level ``bulkWrite``, later ones go to their step records in the same
+        command, so a long run's document stops growing."""
+        if not outcomes or not self.run_writes.beside_served:
+            return True
+        first = self.journaled_steps  # (a step stored before orders were: as the first)
+        return all((o.order or 0) < first for o in outcomes)
 
     async def _guarded(
         self,

@@ -376,7 +376,7 @@ class PassState:
             raise Stopped()
         for key in forget:
             self._journal.pop(key, None)
-        if not journals(self.store):
+        if not journals(self.store, outcomes):
             # In their step records already: the journal does not grow.
             for outcome in outcomes:
                 self._sizes.pop(outcome.key, None)

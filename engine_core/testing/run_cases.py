@@ -139,7 +139,7 @@ class RunCases:
         )
         got = await store.get_run("run-1")
         assert got is not None and got.inflight == {}
-        if journals(store):
+        if journals(store, [first, second]):
             assert got.journal == {"a": first, "b": second}
             assert await store.load_steps("run-1") == []
         else:  # written to their step records by the same writes

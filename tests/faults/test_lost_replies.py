@@ -13,11 +13,12 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from engine_core import Engine, RunNotFoundError, WorkflowContext
+from pikku_mongo import MongoStore
 from tests.faults.workload import assert_no_step_ran_after_its_success, work
 from tests.support.execution_log import read_log, record
 from tests.support.proxy import FaultProxy, Where, matches
@@ -88,6 +89,35 @@ def client_ops(command: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     ]  # fmt: skip
 
 
+def carries(key: str, *, starting: bool) -> Where:
+    """A write on the run carrying ``key``'s outcome into its journal: start_step (an
+    entry put in flight too) or record_steps (the outcome alone)."""
+
+    def where(command: dict[str, Any]) -> bool:
+        update = run_update(command)
+        entries = [update["u"]["$set"][n] for n in sets(update, "journal.")] if update else []
+        return (
+            any(f'"k":"{key}"' in e or f'"key":"{key}"' in e for e in entries)
+            and bool(sets(update, "inflight.")) == starting
+            and "lease_us" not in sets(update, "")
+        )
+
+    return where
+
+
+def releases_dropping_a_copied_entry(command: dict[str, Any]) -> bool:
+    """release_pass that also drops journal entries already copied to step records
+    (the sleep's, at the end of the pass that woke it)."""
+    update = run_update(command)
+    return (
+        update is not None
+        and update["q"].get("token") == 2  # the pass that woke the sleep
+        and update["u"]["$set"].get("lease_us") == 0
+        and "status" not in update["u"]["$set"]
+        and any(n.startswith("journal.") for n in update["u"].get("$unset", {}))
+    )
+
+
 def rides(key: str, *, starting: bool, run_id: str = RUN) -> Where:
     """A client-level ``bulkWrite`` carrying ``key``'s outcome to its step document
     after the run's guarded write: start_step (an entry put in flight) or record_steps
@@ -155,10 +185,21 @@ WRITES: list[tuple[str, str, Where | Nth]] = [
     ("release_pass: update on runs", "update",
      {"update": "pikku_runs", "updates.0.q._id": RUN, "updates.0.q.token": 1,
       "updates.0.u.$set.lease_us": 0}),
+    ("release_pass dropping copied journal entries: update on runs", "update",
+     releases_dropping_a_copied_entry),
     ("start_step: update on runs", "update", Nth(1, starts_first_step)),
-    # nx-27017 serves the client-level bulkWrite: an outcome goes to its step document
-    # in the command of the run write that carries it (the journal is for servers
-    # without that command, where its writes are the ones above and the copies below).
+    # A run's first steps' outcomes ride in its journal.
+    ("start_step carrying an inline outcome: update on runs", "update",
+     carries("a", starting=True)),
+    ("record_steps carrying an inline outcome: update on runs", "update",
+     carries("b", starting=False)),
+    ("record_steps carrying a sleep's outcome: update on runs", "update",
+     carries("nap", starting=False)),
+    ("start_step carrying an event's outcome: update on runs", "update",
+     carries("go", starting=True)),
+    # Later ones (here: every one, the store told so) go to their step documents in the
+    # command of the run write that carries them: a client-level bulkWrite, which
+    # nx-27017 serves.
     ("start_step carrying an inline outcome: bulkWrite on runs and steps", "bulkWrite",
      rides("a", starting=True)),
     ("record_steps carrying an inline outcome: bulkWrite on runs and steps", "bulkWrite",
@@ -192,6 +233,10 @@ WRITES: list[tuple[str, str, Where | Nth]] = [
     ("parent told of the child's end: update on runs", "update", tells_parent_of_a_change),
     ("child step marked notified: update on steps", "update",
      {"update": "pikku_steps", "updates.0.u": {"$set": {"notified": True}}}),
+    ("save_steps, journal copy of the sleep: upsert on steps", "update",
+     {"update": "pikku_steps", "updates.0.u.$set.key": "nap", "updates.0.upsert": True}),
+    ("save_steps, journal copy of the event: upsert on steps", "update",
+     {"update": "pikku_steps", "updates.0.u.$set.key": "go", "updates.0.upsert": True}),
     ("settle: update on runs", "update",
      {"update": "pikku_runs", "updates.0.q._id": RUN, "updates.0.u.$set.status": "completed"}),
     # Recovery sweeps every second: its first sweep's writes.
@@ -263,6 +308,11 @@ BULK_WRITES: list[tuple[str, str, Where]] = [
     ("starts: bulk insert into runs", "insert", bulk("pikku_runs", lambda d: True)),
     ("start_step: bulk of guarded upserts on runs", "update", bulk("pikku_runs",
      lambda u: u["upsert"] and setting(u, "inflight.") and not setting(u, "journal."))),
+    ("start_step carrying outcomes: bulk on runs", "update", bulk("pikku_runs",
+     lambda u: u["upsert"] and setting(u, "inflight.") and setting(u, "journal."))),
+    ("record_steps: bulk on runs", "update", bulk("pikku_runs",
+     lambda u: u["upsert"] and not setting(u, "inflight.") and setting(u, "journal.")
+     and "lease_us" not in u["u"]["$set"])),
     ("start_step carrying outcomes: ordered bulkWrite on runs and steps", "bulkWrite",
      riding_bulk(lambda u: setting(u, "inflight."))),
     ("record_steps: ordered bulkWrite on runs and steps", "bulkWrite",
@@ -287,11 +337,19 @@ BULK_WRITES: list[tuple[str, str, Where]] = [
 MANY = 6
 
 
+def beside_from_the_first_step(engine: Engine, command: str) -> None:
+    """For the cases of a client-level ``bulkWrite``: every outcome goes beside the run
+    (by default a run's first steps' outcomes ride in its journal)."""
+    if command == "bulkWrite":
+        cast(MongoStore, engine.store).journaled_steps = 0
+
+
 @pytest.mark.parametrize(("what", "command", "where"), BULK_WRITES, ids=[w[0] for w in BULK_WRITES])
 async def test_a_lost_reply_to_each_group_committed_bulk(
     proxied: Engine, proxy: FaultProxy, exec_log: Path, what: str, command: str, where: Where
 ) -> None:
     engine = proxied
+    beside_from_the_first_step(engine, command)
 
     @engine.workflow("many")
     async def many(ctx: WorkflowContext, n: int) -> list[Any]:
@@ -321,6 +379,7 @@ async def test_a_lost_reply_to_each_write(
     where: Where | Nth,
 ) -> None:  # fmt: skip
     engine = proxied
+    beside_from_the_first_step(engine, command)
     register_everything(engine)
     rule = proxy.drop_reply(command, where.fresh() if isinstance(where, Nth) else where)
     async with engine:

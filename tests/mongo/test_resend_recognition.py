@@ -22,6 +22,7 @@ async def test_a_landed_write_is_recognised_after_another_landed(
     request: pytest.FixtureRequest, server: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store: MongoStore = await mongo_store(request.getfixturevalue(server))
+    store.journaled_steps = 0  # every outcome beside the run where the server can
     await store.insert_run(make_run("r"))
     token = await begin(store, "r")
     real = store.runs.update_one
@@ -60,7 +61,7 @@ async def test_a_landed_write_is_recognised_after_another_landed(
     assert landed is True
     run = await store.get_run("r")
     assert run is not None and run.status == "suspended"
-    if journals(store):
+    if journals(store, [done_step("r", "a")]):
         assert "a" in run.journal
     else:  # nx-27017: its step document, by the client-level bulkWrite
         assert [s.key for s in await store.load_steps("r")] == ["a"]
