@@ -94,3 +94,44 @@ async def test_after_an_outage_the_fleet_leaves_the_cut_off_pass_its_run() -> No
         _two_steps(other, store, ran, outage_s=2.0)
         async with other:
             await _check(owner, run_id, ran)
+
+
+async def test_a_job_outcome_that_landed_as_an_outage_began_is_handed_to_its_pass() -> None:
+    """A dispatched step run here while its pass waits: the write of its outcome lands,
+    then the store goes away before the reply. Written again once the store is back,
+    it finds its guard failed by its own first try; it must still reach the pass (which
+    is the only one told of it), or the run would wait for ever."""
+    store = Flaky()
+    engine = Engine(store, lease_ttl="5s")
+    landed: list[str] = []
+    original = store.update_step
+
+    async def lands_then_outage(run_id: str, key: str, **kwargs: Any) -> bool:
+        done = await original(run_id, key, **kwargs)
+        if key == "job" and kwargs["changes"].get("status") == "succeeded" and not landed:
+            landed.append(key)
+            store.down = True  # the reply is lost with the store
+
+            async def back_soon() -> None:
+                await asyncio.sleep(0.5)
+                store.down = False
+
+            asyncio.get_running_loop().create_task(back_soon())
+            raise StoreUnavailableError("the reply was lost")
+        return done
+
+    store.update_step = lands_then_outage  # type: ignore[method-assign]
+
+    @engine.step_function("job")
+    async def job(payload: Any) -> str:
+        return "J"
+
+    @engine.workflow("dispatches")
+    async def dispatches(ctx: Any, data: Any) -> Any:
+        return await ctx.dispatch("job", "job")
+
+    async with engine:
+        run_id = await engine.start("dispatches", None)
+        async with asyncio.timeout(30):
+            assert await engine.result(run_id) == "J"
+    assert landed == ["job"]

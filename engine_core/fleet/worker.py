@@ -22,7 +22,14 @@ from engine_core.run.leases import KeepAlive
 from engine_core.run.step_info import StepInfo
 from engine_core.run.streams import AttemptStreams, previous_heartbeat
 from engine_core.run.threads import runs_in_thread
-from engine_core.run.transitions import Outcome, job_ended, job_returned, job_unclaimed, write
+from engine_core.run.transitions import (
+    Outcome,
+    Transition,
+    job_ended,
+    job_returned,
+    job_unclaimed,
+    write,
+)
 from engine_core.runtime import Runtime
 from engine_core.store import Store
 from engine_core.tasks import abandon, cancel_and_wait, wait_event
@@ -305,7 +312,7 @@ class Worker:
         told = waiting is not None and not waiting.done()
         transition = job_ended(job, self.runtime.instance_id, status, told=told, **fields)
         outages = self.runtime.outages
-        if not await outages.call(lambda: write(self.store, job.run_id, job.key, transition)):
+        if not await self._write_through_outage(job, transition):
             log.warning(
                 "run %s: step %r attempt %d lost its claim; outcome dropped",
                 job.run_id,
@@ -327,6 +334,26 @@ class Worker:
         if not handed and status != "scheduled":
             await outages.call(lambda: self.control.notify_run(job.run_id, job.key))
         return True
+
+    async def _write_through_outage(self, job: StepRecord, transition: Transition) -> bool:
+        """``write`` the job's outcome, again and again while the store is away. A try
+        that the outage cut off may have landed: sent again, the write then finds its
+        own first try's change and its guard failed. The step's history tells (the
+        outcome's attempt entry is unique to this transition)."""
+        tries = 0
+
+        async def once() -> bool:
+            nonlocal tries
+            tries += 1
+            return await write(self.store, job.run_id, job.key, transition)
+
+        outages = self.runtime.outages
+        if await outages.call(once):
+            return True
+        if tries == 1 or transition.entry is None:
+            return False
+        step = await outages.call(lambda: self.store.get_step(job.run_id, job.key))
+        return step is not None and transition.entry in step.history
 
 
 class _Slot:
