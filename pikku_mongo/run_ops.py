@@ -37,7 +37,7 @@ from pikku_mongo.documents import (
 )
 from pikku_mongo.encoding import dump_value, pack, to_us, unpack
 from pikku_mongo.filters import eq, step_upsert
-from pikku_mongo.journal_text import step_to_text
+from pikku_mongo.journal_writes import JOURNALED_STEPS, journal_changes, update_of
 from pikku_mongo.line_index import LineIndex
 from pikku_mongo.op_ids import landed_filter, new_op
 from pikku_mongo.retry import surface_oversize, transient_retry
@@ -51,31 +51,6 @@ _LEAST_RECENT = [("updated_at", 1)]
 
 def _id(run_id: str) -> str:
     return pack(check_str(run_id, "run id"))
-
-
-#: How many of a run's steps, by order of first start, keep their outcomes in the run's
-#: journal: short runs (most runs) then write no step document for an inline step, and
-#: a long run's document stops growing there. 16 compact entries are about 2 KB.
-JOURNALED_STEPS = 16
-
-
-def _journal_changes(
-    to_set: Doc, to_unset: Doc, outcomes: Sequence[StepRecord], forget: Iterable[str]
-) -> None:
-    keys = set()
-    for outcome in outcomes:
-        keys.add(outcome.key)
-        to_set[f"journal.{inflight_field(outcome.key)}"] = step_to_text(outcome)
-    for key in forget:
-        if check_str(key, "journal key") not in keys:
-            to_unset[f"journal.{inflight_field(key)}"] = ""
-
-
-def _update(to_set: Doc, to_unset: Doc) -> Doc:
-    update: Doc = {"$set": to_set}
-    if to_unset:
-        update["$unset"] = to_unset
-    return update
 
 
 class RunOps(DedupOps):
@@ -279,12 +254,12 @@ class RunOps(DedupOps):
             # write lands (pikku_mongo.riding); the journal form is kept for a server
             # found out to serve no such command on this very write.
             journal_set, journal_unset = dict(to_set), dict(to_unset)
-            _journal_changes(journal_set, journal_unset, outcomes, forget)
-            fallback = _update(journal_set, journal_unset)
-            _journal_changes(to_set, to_unset, (), forget)
+            journal_changes(journal_set, journal_unset, outcomes, forget)
+            fallback = update_of(journal_set, journal_unset)
+            journal_changes(to_set, to_unset, (), forget)
             beside = [step_upsert(outcome) for outcome in outcomes]
         else:
-            _journal_changes(to_set, to_unset, outcomes, forget)
+            journal_changes(to_set, to_unset, outcomes, forget)
         # Landed, but the run taken over since (a newer pass's begin leaves ``ops`` as
         # they were): the pass is fenced out as if it had not, so it starts no step body for
         # an attempt the newer pass has already counted lost.
@@ -318,7 +293,7 @@ class RunOps(DedupOps):
         operation id, and the run keeps the last few (see :mod:`pikku_mongo.op_ids`).
         ``still``: fields of the guard that must hold yet for a landed first try to
         count. ``beside`` and ``fallback``: see :meth:`Batcher.guarded`."""
-        update = _update(to_set, to_unset)
+        update = update_of(to_set, to_unset)
         op = new_op(update)
         if fallback is not None:
             fallback["$push"] = update["$push"]
@@ -359,7 +334,7 @@ class RunOps(DedupOps):
             to_set["error"] = dump_value(error)
             if status in TERMINAL:
                 to_unset.update(ENDED_UNSET)
-        _journal_changes(to_set, to_unset, outcomes, forget)
+        journal_changes(to_set, to_unset, outcomes, forget)
         query: Doc = {
             "_id": _id(run_id),
             "token": check_int(token, "token"),
@@ -415,9 +390,9 @@ class RunOps(DedupOps):
             to_unset.update(ENDED_UNSET)
         elif status != "queued":
             to_unset.update(line="", not_before_us="")
-        _journal_changes(to_set, to_unset, (), forget)
+        journal_changes(to_set, to_unset, (), forget)
         query = {"_id": _id(run_id), "status": {"$in": check_strs(expect, "expected run status")}}
-        update = _update(to_set, to_unset)
+        update = update_of(to_set, to_unset)
         op = new_op(update)
         tries = 0
 

@@ -16,7 +16,7 @@ from engine_core.journal import FLUSH_AT, journals
 from engine_core.testing.builders import done_step
 from pikku_mongo import MongoStore
 from pikku_mongo.encoding import pack
-from pikku_mongo.run_ops import JOURNALED_STEPS
+from pikku_mongo.journal_writes import JOURNALED_STEPS
 from tests.conftest import mongo_store
 
 STEPS = 3 * FLUSH_AT

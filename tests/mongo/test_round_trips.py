@@ -14,7 +14,7 @@ from pymongo import monitoring
 
 from engine_core import Engine, WorkflowContext
 from pikku_mongo import MongoStore
-from pikku_mongo.run_ops import JOURNALED_STEPS
+from pikku_mongo.journal_writes import JOURNALED_STEPS
 from pikku_mongo.shard_keys import ShardKeyListener
 from tests.conftest import with_database
 
