@@ -12,10 +12,13 @@ from pikku_mongo.checks import check_str
 from pikku_mongo.documents import inflight_field
 from pikku_mongo.journal_text import step_to_text
 
-#: How many of a run's steps, by order of first start, keep their outcomes in the run's
-#: journal: short runs (most runs) then write no step document for an inline step, and
-#: a long run's document stops growing there. 16 compact entries are about 2 KB.
-JOURNALED_STEPS = 16
+#: A pass's write that carries at least this many outcomes sends them to their step
+#: documents in its command (where the server serves the client-level ``bulkWrite``);
+#: fewer ride in the run's journal. A pass whose journal holds 15 carries them again
+#: with the next outcome: the run's document stays under 16 compact entries (about
+#: 2 KB), a short run (most runs) writes no step document for an inline step, and the
+#: client-level command is paid once per 16 steps.
+BESIDE_AT = 16
 
 
 def journal_changes(

@@ -37,7 +37,7 @@ from pikku_mongo.documents import (
 )
 from pikku_mongo.encoding import dump_value, pack, to_us, unpack
 from pikku_mongo.filters import eq, step_upsert
-from pikku_mongo.journal_writes import JOURNALED_STEPS, journal_changes, update_of
+from pikku_mongo.journal_writes import BESIDE_AT, journal_changes, update_of
 from pikku_mongo.line_index import LineIndex
 from pikku_mongo.op_ids import landed_filter, new_op
 from pikku_mongo.retry import surface_oversize, transient_retry
@@ -64,7 +64,7 @@ class RunOps(DedupOps):
     run_writes: Batcher
     line_index: LineIndex | None
     #: See :meth:`journals_outcomes` (tests set 0 to send every outcome beside).
-    journaled_steps: int = JOURNALED_STEPS
+    beside_at: int = BESIDE_AT
 
     # ---- creating and reading ---------------------------------------------------
 
@@ -269,14 +269,10 @@ class RunOps(DedupOps):
 
     def journals_outcomes(self, outcomes: Sequence[StepRecord]) -> bool:
         """Whether ``start_step`` and ``record_steps`` put ``outcomes`` in the run's
-        journal. A run's first :attr:`journaled_steps` steps (by order of first start)
-        ride there, so a short run writes no step document; while the server serves
-        client-level ``bulkWrite``, later ones go to their step records in the same
-        command, so a long run's document stops growing."""
-        if not outcomes or not self.run_writes.beside_served:
-            return True
-        first = self.journaled_steps  # (a step stored before orders were: as the first)
-        return all((o.order or 0) < first for o in outcomes)
+        journal: unless the server serves client-level ``bulkWrite`` and they are at
+        least :attr:`beside_at` (``BESIDE_AT``), when they go to their step records in
+        the same command."""
+        return not (outcomes and len(outcomes) >= self.beside_at and self.run_writes.beside_served)
 
     async def _guarded(
         self,

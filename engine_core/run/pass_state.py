@@ -299,14 +299,15 @@ class PassState:
             self.handed.append(step.key)
 
     async def _take(
-        self, *, wait: bool = True, beside: tuple[Any, ...] = ()
+        self, *, wait: bool = True, beside: tuple[Any, ...] = (), carry: bool = True
     ) -> tuple[list[StepRecord], set[str], set[str]]:
         """What the next write carries (after the write of its own in flight, if any):
         the outcomes it journals, the in-flight marks it clears and the journal keys it
         drops. The journal stays within its room (``beside``: what else the write puts
         in the run's record): the outcomes that would take it past, and any too large
         for it, go to their step records first. Taken off the pass at once, so a record
-        made meanwhile waits for the next write; given back if this fails."""
+        made meanwhile waits for the next write; given back if this fails. ``carry``:
+        the write may take the journal's entries along (:meth:`_with_journal`)."""
         if wait and self._carrying is not None:
             await self._carrying
         if wait:
@@ -352,12 +353,25 @@ class PassState:
             self._sizes = sizes
             self._give_back(list(pending.values()), done, forget)
             raise
-        kept = {s.key for s in outcomes}
         forget |= {s.key for s in moved if s.key in self._journal or s.key in sizes}
+        if carry and outcomes and self._journal:
+            outcomes = self._with_journal(outcomes, forget)
+        kept = {s.key for s in outcomes}
         # An outcome replaces its key's entry in the journal, or, written to its step
         # record instead (``journal.journals``), drops that entry: the entry would hide
         # the record from readers.
         return outcomes, done, (forget - kept) | (kept & self._journal.keys())
+
+    def _with_journal(self, outcomes: list[StepRecord], forget: set[str]) -> list[StepRecord]:
+        """``outcomes``, and the journal's entries with them when the store would then
+        write them all to their step records in the write's own command
+        (``journal.journals``): the journal is emptied by a write made anyway, so the
+        run's record stays small with no command of its own."""
+        taken = {s.key for s in outcomes}
+        carried = [s for k, s in self._journal.items() if k not in taken and k not in forget]
+        if carried and not journals(self.store, outcomes + carried):
+            return outcomes + carried
+        return outcomes
 
     def _give_back(self, outcomes: list[StepRecord], done: set[str], forget: set[str]) -> None:
         """A write that was to carry these failed: the next one carries them (a record
@@ -377,10 +391,12 @@ class PassState:
         for key in forget:
             self._journal.pop(key, None)
         if not journals(self.store, outcomes):
-            # In their step records already: the journal does not grow.
+            # In their step records already, with the journal's entries they took along.
             for outcome in outcomes:
                 self._sizes.pop(outcome.key, None)
                 await mirror_step(self.runtime.mirror, outcome)
+            if not self._journal:
+                self._uncopied = 0  # nothing left for a copy of its own to move
             return
         for outcome in outcomes:
             self._journal[outcome.key] = outcome
@@ -460,7 +476,8 @@ class PassState:
         settle, journal keys it drops)."""
         if self._copying is not None:
             await self._copying
-        outcomes, _, forget = await self._take(beside=beside)  # the settle clears marks
+        # The settle clears marks, and journals what it carries.
+        outcomes, _, forget = await self._take(beside=beside, carry=False)
         settled = {s.key for s in outcomes}
         moving = [s for s in outcomes if not kept_in_journal(s)]
         moving += [

@@ -188,7 +188,7 @@ WRITES: list[tuple[str, str, Where | Nth]] = [
     ("release_pass dropping copied journal entries: update on runs", "update",
      releases_dropping_a_copied_entry),
     ("start_step: update on runs", "update", Nth(1, starts_first_step)),
-    # A run's first steps' outcomes ride in its journal.
+    # Outcomes ride in the run's journal (until 16 can go beside it together).
     ("start_step carrying an inline outcome: update on runs", "update",
      carries("a", starting=True)),
     ("record_steps carrying an inline outcome: update on runs", "update",
@@ -197,7 +197,7 @@ WRITES: list[tuple[str, str, Where | Nth]] = [
      carries("nap", starting=False)),
     ("start_step carrying an event's outcome: update on runs", "update",
      carries("go", starting=True)),
-    # Later ones (here: every one, the store told so) go to their step documents in the
+    # Outcomes going to their step documents (here: every one, the store told so) in the
     # command of the run write that carries them: a client-level bulkWrite, which
     # nx-27017 serves.
     ("start_step carrying an inline outcome: bulkWrite on runs and steps", "bulkWrite",
@@ -339,9 +339,9 @@ MANY = 6
 
 def beside_from_the_first_step(engine: Engine, command: str) -> None:
     """For the cases of a client-level ``bulkWrite``: every outcome goes beside the run
-    (by default a run's first steps' outcomes ride in its journal)."""
+    (by default outcomes ride in the run's journal until 16 can go together)."""
     if command == "bulkWrite":
-        cast(MongoStore, engine.store).journaled_steps = 0
+        cast(MongoStore, engine.store).beside_at = 1
 
 
 @pytest.mark.parametrize(("what", "command", "where"), BULK_WRITES, ids=[w[0] for w in BULK_WRITES])

@@ -14,7 +14,7 @@ from pymongo import monitoring
 
 from engine_core import Engine, WorkflowContext
 from pikku_mongo import MongoStore
-from pikku_mongo.journal_writes import JOURNALED_STEPS
+from pikku_mongo.journal_writes import BESIDE_AT
 from pikku_mongo.shard_keys import ShardKeyListener
 from tests.conftest import with_database
 
@@ -71,10 +71,9 @@ async def test_inline_steps_cost_one_command_each(nx_uri: str, steps: int) -> No
     # serves the client-level bulkWrite), settle the run (carrying the last), and one
     # read for the waiter. (Where outcomes ride in the run's journal instead, a journal
     # that reaches 64 outcomes is copied to the step records in one bulk write.)
-    # The first JOURNALED_STEPS outcomes ride in the run's journal (an update each),
-    # later ones go to their step documents (a client-level bulkWrite each).
-    beside = max(0, steps - 1 - JOURNALED_STEPS)
-    assert used.count("bulkWrite") == beside, used
+    # Outcomes ride in the run's journal (an update each) until it holds 15: the next
+    # write takes them to their step documents with its own (a client-level bulkWrite).
+    assert used.count("bulkWrite") == (steps - 1) // BESIDE_AT, used
     assert used.count("insert") == 1
     assert used.count("update") + used.count("bulkWrite") == steps + 1
     assert used.count("find") == 1
