@@ -37,9 +37,7 @@ from typing import Any, NoReturn, TypeVar
 from engine_core.errors import StepFailedError
 from engine_core.journal import (
     FLUSH_AT,
-    JOURNAL_BYTES,
     LARGE_OUTCOME,
-    RECORD_ROOM,
     journals,
     merged,
 )
@@ -48,6 +46,7 @@ from engine_core.outages import StoreDown
 from engine_core.records import RunRecord, RunState, StepRecord, utcnow
 from engine_core.run.control import RunControl
 from engine_core.run.divergence import Diverged, ReplayChecks
+from engine_core.run.journal_room import journal_room, kept_in_journal, outcome_size
 from engine_core.run.keys import step_key
 from engine_core.run.transitions import Transition
 from engine_core.runtime import Runtime
@@ -83,31 +82,6 @@ def stored_failure(step: StepRecord) -> StepFailedError:
         step.attempts,
         str(error.get("type", "Error")),
         str(error.get("message", "")),
-    )
-
-
-def outcome_size(step: StepRecord) -> int:
-    """About how many characters ``step`` takes in the journal (or in its own record):
-    its values, its history's errors, and a bound for the rest."""
-    size = 256 + stored_size(step.result, step.error)
-    for entry in step.history:
-        size += 96 if entry.error is None else 96 + stored_size(entry.error)
-    return size
-
-
-def journal_room(beside: int) -> int:
-    """What the journal may hold in a run's record that also holds ``beside`` characters
-    of values (its input, and its output and error when the write settles it)."""
-    return max(0, min(JOURNAL_BYTES, RECORD_ROOM - beside))
-
-
-def kept_in_journal(step: StepRecord) -> bool:
-    """Whether an outcome may stay in the run's journal once the pass ends: a finished
-    inline step. Anything else (a wake of a sleep or an event, a retry waiting out its
-    delay) must be in its step record, where recovery's sweeps look."""
-    return step.kind in ("inline", "compensation", "patch") and step.status in (
-        "succeeded",
-        "failed",
     )
 
 
