@@ -161,8 +161,8 @@ def summarise(
 
 # ---- counting MongoDB commands ------------------------------------------------------
 
-#: Commands whose bytes :class:`CommandCounter` sums.
-_WRITES = frozenset({"insert", "update", "delete", "findAndModify"})
+#: Commands whose bytes :class:`CommandCounter` sums (``bulkWrite``: the client-level one).
+_WRITES = frozenset({"insert", "update", "delete", "findAndModify", "bulkWrite"})
 
 
 class CommandCounter(monitoring.CommandListener):

@@ -3,12 +3,14 @@
 A pass writes the outcome of step k in the same write that starts step k+1 (the body
 between two steps is deterministic, so the outcome need only be durable by the next
 step boundary). Those outcomes live in the run's ``journal`` until they are copied to
-the step records; every reader sees the two merged.
+the step records; every reader sees the two merged. A store whose run record must not
+grow with the run's length writes them to the step records instead, by the same write
+(:func:`journals`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from engine_core.records import RunRecord, StepRecord
 
@@ -47,3 +49,13 @@ def merged(run: RunRecord, steps: Iterable[StepRecord]) -> dict[str, StepRecord]
 def merged_steps(run: RunRecord, steps: Iterable[StepRecord]) -> list[StepRecord]:
     """:func:`merged`, as a list."""
     return list(merged(run, steps).values())
+
+
+def journals(store: object, outcomes: Sequence[StepRecord] = ()) -> bool:
+    """Whether ``store``'s ``start_step`` and ``record_steps`` put ``outcomes`` in the
+    run's journal (the ``Store`` protocol's default). A store that may write them to
+    their step records instead, in the same write and only if it lands, says which with
+    a method ``journals_outcomes(outcomes) -> bool``; asked after such a write, it
+    answers for that write."""
+    probe: Callable[[Sequence[StepRecord]], bool] | None = getattr(store, "journals_outcomes", None)
+    return True if probe is None else bool(probe(outcomes))

@@ -57,6 +57,11 @@ class _Write:
     future: asyncio.Future[bool] = field(repr=False)
     confirm: Confirm | None = None
     sent: int = 0
+    #: Step documents upserted by the same command, after this write and only if it
+    #: lands: (filter, update) pairs (see :mod:`pikku_mongo.riding`).
+    beside: Sequence[tuple[Doc, Doc]] = ()
+    #: What to send instead, without ``beside``, on a server without that command.
+    fallback: Doc | None = None
 
 
 class Batcher:
@@ -66,10 +71,17 @@ class Batcher:
     none of the fields every real document has), so it can be deleted."""
 
     def __init__(
-        self, collection: AsyncCollection[Doc], scratch: Doc, *, ride_on: Batcher | None = None
+        self,
+        collection: AsyncCollection[Doc],
+        scratch: Doc,
+        *,
+        ride_on: Batcher | None = None,
+        beside: AsyncCollection[Doc] | None = None,
     ) -> None:
         self.collection = collection
         self._scratch = scratch
+        #: Where the ``beside`` writes of a guarded write go.
+        self._beside = beside
         self._queue: list[_Write] = []
         self._task: asyncio.Task[None] | None = None
         #: Commands sent and writes they carried, for tests and benchmarks.
@@ -94,13 +106,33 @@ class Batcher:
         return self._submit("update", filter, update)
 
     def guarded(
-        self, filter: Doc, update: Doc, confirm: Confirm | None = None
+        self,
+        filter: Doc,
+        update: Doc,
+        confirm: Confirm | None = None,
+        *,
+        beside: Sequence[tuple[Doc, Doc]] = (),
+        fallback: Doc | None = None,
     ) -> asyncio.Future[bool]:
         """Apply ``update`` to the document matching ``filter`` (which names its
         ``_id``); whether one matched. A write sent again after a lost reply may find its
         own first try already applied and its guard failed: ``confirm()`` then tells
-        whether the write is in the document."""
-        return self._submit("guarded", filter, update, confirm)
+        whether the write is in the document. ``beside``: upserts of documents of the
+        ``beside`` collection that land in the same command only if this write does;
+        on a server without client-level ``bulkWrite`` (:attr:`beside_served` false)
+        ``fallback`` is sent instead, alone."""
+        future = self._submit("guarded", filter, update, confirm)
+        if beside:
+            write = self._queue[-1]
+            write.beside, write.fallback = beside, fallback
+        return future
+
+    @property
+    def beside_served(self) -> bool:
+        """Whether a guarded write's ``beside`` writes go in its command: true until the
+        server is found to serve no client-level ``bulkWrite``. A write that has settled
+        was sent as this says now (it changes once, before anything is applied)."""
+        return self._riding_served and self._beside is not None
 
     def upsert(self, filter: Doc, update: Doc) -> asyncio.Future[bool]:
         """Apply ``update`` to the document matching ``filter`` (which names its
@@ -140,7 +172,8 @@ class Batcher:
         return taken
 
     def _give_back(self, riders: Sequence[_Write]) -> None:
-        assert self._riders is not None
+        if self._riders is None:
+            return
         back = [w for w in riders if not w.future.done()]
         if back:
             self._riders._queue[:0] = back
@@ -150,17 +183,21 @@ class Batcher:
     async def _send_riding(
         self, batch: Sequence[_Write], riders: Sequence[_Write]
     ) -> list[bool | BaseException] | None:
-        """``batch`` and ``riders`` in one command, the riders settled here; None when the
+        """``batch`` (with the ``beside`` writes of its writes) and ``riders`` in one
+        command (more only when a guard failed), the riders settled here; None when the
         server serves no such command (the riders go back to their own batcher)."""
-        assert self._riders is not None
         # Counted as sent first: a write sent again after a lost reply looks whether
         # its first try landed.
         for write in (*batch, *riders):
             write.sent += 1
+        streams = self._riders.collection if self._riders is not None else None
         try:
-            outcomes = await send_riding(self.collection, self._riders.collection, batch, riders)
+            outcomes, commands = await send_riding(
+                self.collection, streams, self._beside, self._scratch, batch, riders
+            )
         except NotServed as exc:
-            log.info("no client-level bulkWrite on this server (%s): streams write apart", exc)
+            log.info("no client-level bulkWrite on this server (%s): streams write apart, "
+                     "outcomes ride in the run's journal", exc)  # fmt: skip
             for write in (*batch, *riders):
                 write.sent -= 1  # nothing was applied
             self._riding_served = False
@@ -169,9 +206,10 @@ class Batcher:
         except BaseException:
             self._give_back(riders)
             raise
-        self.commands += 1
+        self.commands += commands
         self.writes += len(batch)
-        self._riders.writes += len(riders)
+        if self._riders is not None:
+            self._riders.writes += len(riders)
         for write, outcome in zip(riders, outcomes[len(batch) :], strict=True):
             if write.future.done():
                 continue
@@ -214,6 +252,7 @@ class Batcher:
         pending = [w for w in batch if not w.future.done()]
         for write in pending:
             if write.sent and write.confirm is not None and await write.confirm():
+                await self._send_beside(write)
                 write.future.set_result(True)
         pending = [w for w in pending if not w.future.done()]
         if not pending:
@@ -224,17 +263,39 @@ class Batcher:
                 continue
             if outcome is False and write.sent > 1 and write.confirm is not None:
                 outcome = await write.confirm()
+                if outcome:
+                    await self._send_beside(write)
             if isinstance(outcome, BaseException):
                 write.future.set_exception(outcome)
             else:
                 write.future.set_result(outcome)
 
+    async def _send_beside(self, write: _Write) -> None:
+        """A write confirmed landed by an earlier try whose reply was lost: its
+        ``beside`` writes went in that command too, but are sent again (they are safe to
+        repeat, and the write's confirmation says it still holds), so no crash of the
+        server between them can lose one."""
+        if not write.beside or self._beside is None:
+            return
+        requests = [UpdateOne(f, u, upsert=True) for f, u in write.beside]
+        self.commands += 1
+        try:
+            await self._beside.bulk_write(requests, ordered=False)
+        except BulkWriteError as exc:
+            errors = exc.details.get("writeErrors", [])
+            if any(int(e.get("code", 0)) != _DUPLICATE_KEY for e in errors):
+                raise
+            # A duplicate key: that document has moved on to a later attempt.
+
     async def _send(self, batch: Sequence[_Write]) -> list[bool | BaseException]:
         riders = self._take_riders()
-        if riders:
+        if riders or (self.beside_served and any(w.beside for w in batch)):
             riding = await self._send_riding(batch, riders)
             if riding is not None:
                 return riding
+        for write in batch:
+            if write.fallback is not None:  # no client-level bulkWrite: the journal form
+                write.update, write.fallback, write.beside = write.fallback, None, ()
         self.commands += 1
         self.writes += len(batch)
         for write in batch:

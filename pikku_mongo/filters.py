@@ -9,13 +9,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from engine_core.records import AttemptEntry, StepGuard
+from engine_core.records import AttemptEntry, StepGuard, StepRecord
 from pikku_mongo.checks import check_datetime, check_int, check_str, check_strs
 from pikku_mongo.documents import (
     STEP_FIELDS,
     STEP_IDENTITY,
     Doc,
     entry_to_text,
+    step_to_doc,
     step_value,
 )
 from pikku_mongo.encoding import MIN_TIME, pack, to_us
@@ -44,6 +45,16 @@ def step_id(run_id: str, key: str) -> Doc:
     """The filter of one step document: its ``_id`` and its shard key (see
     :mod:`pikku_mongo.shard_keys`)."""
     return step_filter(run_id, key)
+
+
+def step_upsert(step: StepRecord) -> tuple[Doc, Doc]:
+    """The upsert that writes ``step`` to its document unless the document holds more
+    attempts already (its duplicate key is then the guard failing): safe to repeat."""
+    doc = step_to_doc(step)
+    del doc["_id"]
+    guard = step_id(step.run_id, step.key)
+    guard["attempts"] = {"$lte": check_int(step.attempts, "attempts")}
+    return guard, {"$set": doc}
 
 
 def guard_filter(run_id: str, key: str, guard: StepGuard) -> Doc:

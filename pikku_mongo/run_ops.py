@@ -36,8 +36,8 @@ from pikku_mongo.documents import (
     run_to_doc,
 )
 from pikku_mongo.encoding import dump_value, pack, to_us, unpack
-from pikku_mongo.filters import eq
-from pikku_mongo.journal_text import step_to_text
+from pikku_mongo.filters import eq, step_upsert
+from pikku_mongo.journal_writes import BESIDE_AT, journal_changes, update_of
 from pikku_mongo.line_index import LineIndex
 from pikku_mongo.op_ids import landed_filter, new_op
 from pikku_mongo.retry import surface_oversize, transient_retry
@@ -53,25 +53,6 @@ def _id(run_id: str) -> str:
     return pack(check_str(run_id, "run id"))
 
 
-def _journal_changes(
-    to_set: Doc, to_unset: Doc, outcomes: Sequence[StepRecord], forget: Iterable[str]
-) -> None:
-    keys = set()
-    for outcome in outcomes:
-        keys.add(outcome.key)
-        to_set[f"journal.{inflight_field(outcome.key)}"] = step_to_text(outcome)
-    for key in forget:
-        if check_str(key, "journal key") not in keys:
-            to_unset[f"journal.{inflight_field(key)}"] = ""
-
-
-def _update(to_set: Doc, to_unset: Doc) -> Doc:
-    update: Doc = {"$set": to_set}
-    if to_unset:
-        update["$unset"] = to_unset
-    return update
-
-
 class RunOps(DedupOps):
     """The run methods of :class:`~pikku_mongo.MongoStore`."""
 
@@ -82,6 +63,8 @@ class RunOps(DedupOps):
     heartbeats: AsyncCollection[Doc]
     run_writes: Batcher
     line_index: LineIndex | None
+    #: See :meth:`journals_outcomes` (tests set 0 to send every outcome beside).
+    beside_at: int = BESIDE_AT
 
     # ---- creating and reading ---------------------------------------------------
 
@@ -259,34 +242,66 @@ class RunOps(DedupOps):
             f"inflight.{inflight_field(d)}": ""
             for d in {check_str(d, "finished step key") for d in done} - {started}
         }
-        _journal_changes(to_set, to_unset, outcomes, forget)
         query = {
             "_id": _id(run_id),
             "status": check_str(status, "run status"),
             "token": check_int(token, "token"),
         }
+        beside: list[tuple[Doc, Doc]] = []
+        fallback = None
+        if not self.journals_outcomes(outcomes):
+            # The outcomes go to their step documents in the same command, only if this
+            # write lands (pikku_mongo.riding); the journal form is kept for a server
+            # found out to serve no such command on this very write.
+            journal_set, journal_unset = dict(to_set), dict(to_unset)
+            journal_changes(journal_set, journal_unset, outcomes, forget)
+            fallback = update_of(journal_set, journal_unset)
+            journal_changes(to_set, to_unset, (), forget)
+            beside = [step_upsert(outcome) for outcome in outcomes]
+        else:
+            journal_changes(to_set, to_unset, outcomes, forget)
         # Landed, but the run taken over since (a newer pass's begin leaves ``ops`` as
         # they were): the pass is fenced out as if it had not, so it starts no step body for
         # an attempt the newer pass has already counted lost.
-        return await self._guarded(query, to_set, to_unset, still=("token",))
+        return await self._guarded(
+            query, to_set, to_unset, still=("token",), beside=beside, fallback=fallback
+        )
+
+    def journals_outcomes(self, outcomes: Sequence[StepRecord]) -> bool:
+        """Whether ``start_step`` and ``record_steps`` put ``outcomes`` in the run's
+        journal: unless the server serves client-level ``bulkWrite`` and they are at
+        least :attr:`beside_at` (``BESIDE_AT``), when they go to their step records in
+        the same command."""
+        return not (outcomes and len(outcomes) >= self.beside_at and self.run_writes.beside_served)
 
     async def _guarded(
-        self, query: Doc, to_set: Doc, to_unset: Doc, *, still: Sequence[str] = ()
+        self,
+        query: Doc,
+        to_set: Doc,
+        to_unset: Doc,
+        *,
+        still: Sequence[str] = (),
+        beside: Sequence[tuple[Doc, Doc]] = (),
+        fallback: Doc | None = None,
     ) -> bool:
         """A guarded write of the run that knows, when it is sent again after a lost
         reply and finds its guard failed, whether its first try landed: it carries an
         operation id, and the run keeps the last few (see :mod:`pikku_mongo.op_ids`).
         ``still``: fields of the guard that must hold yet for a landed first try to
-        count."""
-        update = _update(to_set, to_unset)
+        count. ``beside`` and ``fallback``: see :meth:`Batcher.guarded`."""
+        update = update_of(to_set, to_unset)
         op = new_op(update)
+        if fallback is not None:
+            fallback["$push"] = update["$push"]
         mine: Doc = {**landed_filter(query["_id"], op), **{f: query[f] for f in still}}
 
         async def landed() -> bool:
             doc = await self.read_one(self.runs, mine, {"_id": 1})
             return doc is not None
 
-        return await self.run_writes.guarded(query, update, landed)
+        return await self.run_writes.guarded(
+            query, update, landed, beside=beside, fallback=fallback
+        )
 
     @surface_oversize
     async def settle_run(
@@ -315,7 +330,7 @@ class RunOps(DedupOps):
             to_set["error"] = dump_value(error)
             if status in TERMINAL:
                 to_unset.update(ENDED_UNSET)
-        _journal_changes(to_set, to_unset, outcomes, forget)
+        journal_changes(to_set, to_unset, outcomes, forget)
         query: Doc = {
             "_id": _id(run_id),
             "token": check_int(token, "token"),
@@ -371,9 +386,9 @@ class RunOps(DedupOps):
             to_unset.update(ENDED_UNSET)
         elif status != "queued":
             to_unset.update(line="", not_before_us="")
-        _journal_changes(to_set, to_unset, (), forget)
+        journal_changes(to_set, to_unset, (), forget)
         query = {"_id": _id(run_id), "status": {"$in": check_strs(expect, "expected run status")}}
-        update = _update(to_set, to_unset)
+        update = update_of(to_set, to_unset)
         op = new_op(update)
         tries = 0
 

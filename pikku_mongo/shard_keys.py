@@ -75,6 +75,23 @@ def missing_shard_keys(command_name: str, command: Mapping[str, Any], prefix: st
     """Why each single-document write or upsert of ``command`` lacks its collection's
     shard key (nothing for a collection that is not sharded, or for a multi-document
     write, which MongoDB broadcasts anyway)."""
+    if command_name == "bulkWrite":  # client-level: each op names its namespace
+        spaces = [str(ns.get("ns", "")).partition(".")[2] for ns in command.get("nsInfo", ())]
+        for op in command.get("ops", ()):
+            name = next(n for n in ("insert", "update", "delete") if n in op)
+            single: dict[str, Any] = {name: spaces[op[name]]}
+            if name == "insert":
+                single["documents"] = [op["document"]]
+            elif name == "update":
+                single["updates"] = [
+                    {"q": op.get("filter", {}), "multi": op.get("multi", False),
+                     "upsert": op.get("upsert", False)}
+                ]  # fmt: skip
+            else:
+                limit = 0 if op.get("multi") else 1
+                single["deletes"] = [{"q": op.get("filter", {}), "limit": limit}]
+            yield from missing_shard_keys(name, single, prefix)
+        return
     collection = command.get(command_name)
     if not isinstance(collection, str):
         return

@@ -44,6 +44,7 @@ from pikku_mongo.filters import (
     scheduled_from,
     step_id,
     step_update,
+    step_upsert,
 )
 from pikku_mongo.job_index import JobIndex
 from pikku_mongo.line_index import LineIndex
@@ -112,18 +113,11 @@ class StepOps(SkewBound, CausalReads):
         """1 upsert per step, group-committed: guarded by attempts, so a step with more
         attempts stored than this record has is left as it is (its duplicate key is
         the guard failing). Safe to repeat."""
-        writes = []
-        docs = []  # whole, for the job index (only when targeted polling is on)
-        for step in steps:
-            doc = step_to_doc(step)
-            if self.job_index is not None:
-                docs.append(dict(doc))
-            doc.pop("_id")
-            guard = step_id(step.run_id, step.key)
-            guard["attempts"] = {"$lte": check_int(step.attempts, "attempts")}
-            writes.append(self.step_writes.upsert(guard, {"$set": doc}))
-        await asyncio.gather(*writes)
+        upserts = [step_upsert(step) for step in steps]
+        await asyncio.gather(*(self.step_writes.upsert(*upsert) for upsert in upserts))
         if self.job_index is not None:
+            # Whole documents, ``_id`` back in (only when targeted polling is on).
+            docs = [{"_id": guard["_id"], **update["$set"]} for guard, update in upserts]
             await self.job_index.add(docs)
 
     @surface_oversize

@@ -204,7 +204,7 @@ class MongoStore(
             self._target_polls()
         # Group commit, one queue per collection written on the hot path. A document a
         # guarded upsert created has none of the fields every real document has.
-        self.run_writes = Batcher(self.runs, {"workflow": {"$exists": False}})
+        self.run_writes = Batcher(self.runs, {"workflow": {"$exists": False}}, beside=self.steps)
         self.step_writes = Batcher(self.steps, {"fmt": {"$exists": False}})
         self.dedup_writes = Batcher(self.dedup, {"run_id": {"$exists": False}})
         self.stream_writes = Batcher(

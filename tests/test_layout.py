@@ -21,6 +21,7 @@ LAYERS: list[set[str]] = [
     {"durations", "values", "options", "store", "mirror", "journal", "fleet.timers", "outages"},
     {
         "run.keys",
+        "run.journal_room",
         "periodic",
         "flow.queues",
         "schedules.times",

@@ -7,9 +7,11 @@ fence it), recording an outcome, and parking the pass.
 
 One write per step: an outcome is not written on its own. It rides on the write that
 starts the next step (or parks or ends the pass), into the run's journal
-(:mod:`engine_core.journal`); the body between two steps is deterministic, so the
-outcome only has to be durable by then. An outcome that would wait longer (the body
-awaits something else first) goes in a write of its own as soon as the body yields.
+(:mod:`engine_core.journal`), or, on a store whose run record must not grow, into its
+step record by the same write (``journal.journals``); the body between two steps
+is deterministic, so the outcome only has to be durable by then. An outcome that would
+wait longer (the body awaits something else first) goes in a write of its own as soon
+as the body yields.
 
 No outcome is ever dropped. The journal holds at most ``journal_room`` characters: the
 outcomes a write would take it past (many steps ending at once) go to their step
@@ -33,12 +35,18 @@ from datetime import datetime
 from typing import Any, NoReturn, TypeVar
 
 from engine_core.errors import StepFailedError
-from engine_core.journal import FLUSH_AT, JOURNAL_BYTES, LARGE_OUTCOME, RECORD_ROOM, merged
+from engine_core.journal import (
+    FLUSH_AT,
+    LARGE_OUTCOME,
+    journals,
+    merged,
+)
 from engine_core.mirror import mirror_step
 from engine_core.outages import StoreDown
 from engine_core.records import RunRecord, RunState, StepRecord, utcnow
 from engine_core.run.control import RunControl
 from engine_core.run.divergence import Diverged, ReplayChecks
+from engine_core.run.journal_room import journal_room, kept_in_journal, outcome_size
 from engine_core.run.keys import step_key
 from engine_core.run.transitions import Transition
 from engine_core.runtime import Runtime
@@ -74,31 +82,6 @@ def stored_failure(step: StepRecord) -> StepFailedError:
         step.attempts,
         str(error.get("type", "Error")),
         str(error.get("message", "")),
-    )
-
-
-def outcome_size(step: StepRecord) -> int:
-    """About how many characters ``step`` takes in the journal (or in its own record):
-    its values, its history's errors, and a bound for the rest."""
-    size = 256 + stored_size(step.result, step.error)
-    for entry in step.history:
-        size += 96 if entry.error is None else 96 + stored_size(entry.error)
-    return size
-
-
-def journal_room(beside: int) -> int:
-    """What the journal may hold in a run's record that also holds ``beside`` characters
-    of values (its input, and its output and error when the write settles it)."""
-    return max(0, min(JOURNAL_BYTES, RECORD_ROOM - beside))
-
-
-def kept_in_journal(step: StepRecord) -> bool:
-    """Whether an outcome may stay in the run's journal once the pass ends: a finished
-    inline step. Anything else (a wake of a sleep or an event, a retry waiting out its
-    delay) must be in its step record, where recovery's sweeps look."""
-    return step.kind in ("inline", "compensation", "patch") and step.status in (
-        "succeeded",
-        "failed",
     )
 
 
@@ -290,14 +273,15 @@ class PassState:
             self.handed.append(step.key)
 
     async def _take(
-        self, *, wait: bool = True, beside: tuple[Any, ...] = ()
+        self, *, wait: bool = True, beside: tuple[Any, ...] = (), carry: bool = True
     ) -> tuple[list[StepRecord], set[str], set[str]]:
         """What the next write carries (after the write of its own in flight, if any):
         the outcomes it journals, the in-flight marks it clears and the journal keys it
         drops. The journal stays within its room (``beside``: what else the write puts
         in the run's record): the outcomes that would take it past, and any too large
         for it, go to their step records first. Taken off the pass at once, so a record
-        made meanwhile waits for the next write; given back if this fails."""
+        made meanwhile waits for the next write; given back if this fails. ``carry``:
+        the write may take the journal's entries along (:meth:`_with_journal`)."""
         if wait and self._carrying is not None:
             await self._carrying
         if wait:
@@ -343,9 +327,25 @@ class PassState:
             self._sizes = sizes
             self._give_back(list(pending.values()), done, forget)
             raise
-        kept = {s.key for s in outcomes}
         forget |= {s.key for s in moved if s.key in self._journal or s.key in sizes}
-        return outcomes, done, forget - kept
+        if carry and outcomes and self._journal:
+            outcomes = self._with_journal(outcomes, forget)
+        kept = {s.key for s in outcomes}
+        # An outcome replaces its key's entry in the journal, or, written to its step
+        # record instead (``journal.journals``), drops that entry: the entry would hide
+        # the record from readers.
+        return outcomes, done, (forget - kept) | (kept & self._journal.keys())
+
+    def _with_journal(self, outcomes: list[StepRecord], forget: set[str]) -> list[StepRecord]:
+        """``outcomes``, and the journal's entries with them when the store would then
+        write them all to their step records in the write's own command
+        (``journal.journals``): the journal is emptied by a write made anyway, so the
+        run's record stays small with no command of its own."""
+        taken = {s.key for s in outcomes}
+        carried = [s for k, s in self._journal.items() if k not in taken and k not in forget]
+        if carried and not journals(self.store, outcomes + carried):
+            return outcomes + carried
+        return outcomes
 
     def _give_back(self, outcomes: list[StepRecord], done: set[str], forget: set[str]) -> None:
         """A write that was to carry these failed: the next one carries them (a record
@@ -364,6 +364,14 @@ class PassState:
             raise Stopped()
         for key in forget:
             self._journal.pop(key, None)
+        if not journals(self.store, outcomes):
+            # In their step records already, with the journal's entries they took along.
+            for outcome in outcomes:
+                self._sizes.pop(outcome.key, None)
+                await mirror_step(self.runtime.mirror, outcome)
+            if not self._journal:
+                self._uncopied = 0  # nothing left for a copy of its own to move
+            return
         for outcome in outcomes:
             self._journal[outcome.key] = outcome
             await mirror_step(self.runtime.mirror, outcome)
@@ -442,7 +450,8 @@ class PassState:
         settle, journal keys it drops)."""
         if self._copying is not None:
             await self._copying
-        outcomes, _, forget = await self._take(beside=beside)  # the settle clears marks
+        # The settle clears marks, and journals what it carries.
+        outcomes, _, forget = await self._take(beside=beside, carry=False)
         settled = {s.key for s in outcomes}
         moving = [s for s in outcomes if not kept_in_journal(s)]
         moving += [

@@ -6,6 +6,7 @@ import asyncio
 from datetime import timedelta
 from typing import Any
 
+from engine_core.journal import journals, merged_steps
 from engine_core.records import (
     EventRecord,
     InflightStep,
@@ -138,8 +139,12 @@ class RunCases:
         )
         got = await store.get_run("run-1")
         assert got is not None and got.inflight == {}
-        assert got.journal == {"a": first, "b": second}
-        assert await store.load_steps("run-1") == []
+        if journals(store, [first, second]):
+            assert got.journal == {"a": first, "b": second}
+            assert await store.load_steps("run-1") == []
+        else:  # written to their step records by the same writes
+            assert got.journal == {}
+            assert await store.load_steps("run-1") == [first, second]
         # Copied to the step records, then dropped from the journal by a later write.
         await store.save_steps([first, second])
         assert await store.settle_run("run-1", token=token, expect=("running",), forget=["a", "b"])
@@ -149,6 +154,66 @@ class RunCases:
         assert not await store.record_steps(
             "run-1", token=token + 1, status="running", outcomes=[first]
         )
+
+    async def test_a_fenced_out_write_records_no_outcome(self, store: Store) -> None:
+        await store.insert_run(make_run())
+        token = await begin(store)
+        now = utcnow()
+        late = done_step("run-1", "a", result="late")
+        for fenced in (
+            store.start_step(
+                "run-1", token=token + 1, status="running", key="b", attempt=1,
+                started_at=now, done=["a"], outcomes=[late],
+            ),
+            store.start_step(
+                "run-1", token=token, status="suspended", key="b", attempt=1,
+                started_at=now, done=["a"], outcomes=[late],
+            ),
+            store.record_steps("run-1", token=token + 1, status="running", outcomes=[late]),
+            store.start_step(
+                "no-such-run", token=token, status="running", key="b", attempt=1,
+                started_at=now, outcomes=[done_step("no-such-run", "a")],
+            ),
+        ):  # fmt: skip
+            assert not await fenced
+        got = await store.get_run("run-1")
+        assert got is not None and got.journal == {} and got.inflight == {}
+        assert await store.load_steps("run-1") == []
+        assert await store.load_steps("no-such-run") == []
+        assert await store.get_run("no-such-run") is None
+
+    async def test_outcomes_of_many_runs_written_at_once_land_by_their_own_guard(
+        self, store: Store
+    ) -> None:
+        for n in range(6):
+            await store.insert_run(make_run(f"run-{n}"))
+        tokens = [await begin(store, f"run-{n}") for n in range(6)]
+        # One step is at a later attempt already: its outcome is left as it is, and
+        # the writes sent after it still land.
+        await store.save_steps([done_step("run-2", "a", attempts=3, result="newer")])
+        now = utcnow()
+        # Every other run's token is stale: those writes, sent together with the rest,
+        # must fail alone, and leave the outcomes they carried unwritten.
+        landed = await asyncio.gather(
+            *(
+                store.start_step(
+                    f"run-{n}", token=tokens[n] + n % 2, status="running", key="b",
+                    attempt=1, started_at=now, done=["a"],
+                    outcomes=[done_step(f"run-{n}", "a", result=n)],
+                )
+                for n in range(6)
+            )
+        )  # fmt: skip
+        assert landed == [n % 2 == 0 for n in range(6)]
+        for n in range(6):
+            got = await store.get_run(f"run-{n}")
+            assert got is not None
+            steps = merged_steps(got, await store.load_steps(f"run-{n}"))
+            if n % 2:
+                assert steps == [] and got.inflight == {}
+            else:
+                assert [(s.key, s.result) for s in steps] == [("a", "newer" if n == 2 else n)]
+                assert list(got.inflight) == ["b"]
 
     async def test_save_steps_never_overwrites_a_later_attempt(self, store: Store) -> None:
         newer = done_step("run-1", "a", attempts=3, result="new")

@@ -13,11 +13,12 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from engine_core import Engine, RunNotFoundError, WorkflowContext
+from pikku_mongo import MongoStore
 from tests.faults.workload import assert_no_step_ran_after_its_success, work
 from tests.support.execution_log import read_log, record
 from tests.support.proxy import FaultProxy, Where, matches
@@ -73,6 +74,21 @@ def starts_first_step(command: dict[str, Any]) -> bool:
     return bool(sets(update, "inflight.")) and not sets(update, "journal.")
 
 
+def client_ops(command: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """The updates of a client-level ``bulkWrite``, each with its collection, in the
+    shape of an ``update`` command's (``q``, ``u``, ``upsert``)."""
+    if "bulkWrite" not in command:
+        return []
+    spaces = [str(ns.get("ns", "")).partition(".")[2] for ns in command.get("nsInfo", [])]
+    return [
+        (spaces[op["update"]],
+         {"q": op.get("filter", {}), "u": op.get("updateMods", {}),
+          "upsert": op.get("upsert", False)})
+        for op in command.get("ops", [])
+        if "update" in op
+    ]  # fmt: skip
+
+
 def carries(key: str, *, starting: bool) -> Where:
     """A write on the run carrying ``key``'s outcome into its journal: start_step (an
     entry put in flight too) or record_steps (the outcome alone)."""
@@ -100,6 +116,25 @@ def releases_dropping_a_copied_entry(command: dict[str, Any]) -> bool:
         and "status" not in update["u"]["$set"]
         and any(n.startswith("journal.") for n in update["u"].get("$unset", {}))
     )
+
+
+def rides(key: str, *, starting: bool, run_id: str = RUN) -> Where:
+    """A client-level ``bulkWrite`` carrying ``key``'s outcome to its step document
+    after the run's guarded write: start_step (an entry put in flight) or record_steps
+    (the outcome alone)."""
+
+    def where(command: dict[str, Any]) -> bool:
+        ops = client_ops(command)
+        run = [u for ns, u in ops if ns == "pikku_runs" and u["q"].get("_id") == run_id]
+        step = [u for ns, u in ops if ns == "pikku_steps" and u["u"]["$set"].get("key") == key]
+        return (
+            len(run) == 1
+            and bool(sets(run[0], "inflight.")) == starting
+            and "lease_us" not in sets(run[0], "")
+            and bool(step)
+        )
+
+    return where
 
 
 def tells_parent_of_a_change(command: dict[str, Any]) -> bool:
@@ -153,6 +188,7 @@ WRITES: list[tuple[str, str, Where | Nth]] = [
     ("release_pass dropping copied journal entries: update on runs", "update",
      releases_dropping_a_copied_entry),
     ("start_step: update on runs", "update", Nth(1, starts_first_step)),
+    # Outcomes ride in the run's journal (until 16 can go beside it together).
     ("start_step carrying an inline outcome: update on runs", "update",
      carries("a", starting=True)),
     ("record_steps carrying an inline outcome: update on runs", "update",
@@ -161,6 +197,17 @@ WRITES: list[tuple[str, str, Where | Nth]] = [
      carries("nap", starting=False)),
     ("start_step carrying an event's outcome: update on runs", "update",
      carries("go", starting=True)),
+    # Outcomes going to their step documents (here: every one, the store told so) in the
+    # command of the run write that carries them: a client-level bulkWrite, which
+    # nx-27017 serves.
+    ("start_step carrying an inline outcome: bulkWrite on runs and steps", "bulkWrite",
+     rides("a", starting=True)),
+    ("record_steps carrying an inline outcome: bulkWrite on runs and steps", "bulkWrite",
+     rides("b", starting=False)),
+    ("record_steps carrying a sleep's outcome: bulkWrite on runs and steps", "bulkWrite",
+     rides("nap", starting=False)),
+    ("start_step carrying an event's outcome: bulkWrite on runs and steps", "bulkWrite",
+     rides("go", starting=True)),
     ("dispatch: insert into steps, claimed here", "insert",
      {"insert": "pikku_steps", "documents.0.key": "job"}),
     ("dispatched outcome: update on steps", "update",
@@ -234,6 +281,24 @@ def bulk(collection: str, write: Callable[[dict[str, Any]], bool]) -> Where:
     return where
 
 
+def riding_bulk(run_write: Callable[[dict[str, Any]], bool]) -> Where:
+    """A group-committed client-level ``bulkWrite`` (ordered: each run's guarded upsert
+    before its outcomes' step upserts) of several runs, one of whose run writes
+    satisfies ``run_write`` and carries an outcome."""
+
+    def where(command: dict[str, Any]) -> bool:
+        ops = client_ops(command)
+        runs = [u for ns, u in ops if ns == "pikku_runs"]
+        return (
+            command.get("ordered") is True
+            and len(runs) > 1
+            and any(u["upsert"] and run_write(u) for u in runs)
+            and any(ns == "pikku_steps" for ns, _ in ops)
+        )
+
+    return where
+
+
 def setting(update: dict[str, Any], prefix: str) -> bool:
     return any(name.startswith(prefix) for name in update["u"].get("$set", {}))
 
@@ -248,6 +313,10 @@ BULK_WRITES: list[tuple[str, str, Where]] = [
     ("record_steps: bulk on runs", "update", bulk("pikku_runs",
      lambda u: u["upsert"] and not setting(u, "inflight.") and setting(u, "journal.")
      and "lease_us" not in u["u"]["$set"])),
+    ("start_step carrying outcomes: ordered bulkWrite on runs and steps", "bulkWrite",
+     riding_bulk(lambda u: setting(u, "inflight."))),
+    ("record_steps: ordered bulkWrite on runs and steps", "bulkWrite",
+     riding_bulk(lambda u: not setting(u, "inflight.") and "lease_us" not in u["u"]["$set"])),
     ("dispatches: bulk insert into steps, claimed here", "insert",
      bulk("pikku_steps", lambda d: d["kind"] == "dispatch")),
     ("dispatched outcomes: bulk on steps", "update", bulk("pikku_steps",
@@ -268,11 +337,19 @@ BULK_WRITES: list[tuple[str, str, Where]] = [
 MANY = 6
 
 
+def beside_from_the_first_step(engine: Engine, command: str) -> None:
+    """For the cases of a client-level ``bulkWrite``: every outcome goes beside the run
+    (by default outcomes ride in the run's journal until 16 can go together)."""
+    if command == "bulkWrite":
+        cast(MongoStore, engine.store).beside_at = 1
+
+
 @pytest.mark.parametrize(("what", "command", "where"), BULK_WRITES, ids=[w[0] for w in BULK_WRITES])
 async def test_a_lost_reply_to_each_group_committed_bulk(
     proxied: Engine, proxy: FaultProxy, exec_log: Path, what: str, command: str, where: Where
 ) -> None:
     engine = proxied
+    beside_from_the_first_step(engine, command)
 
     @engine.workflow("many")
     async def many(ctx: WorkflowContext, n: int) -> list[Any]:
@@ -302,6 +379,7 @@ async def test_a_lost_reply_to_each_write(
     where: Where | Nth,
 ) -> None:  # fmt: skip
     engine = proxied
+    beside_from_the_first_step(engine, command)
     register_everything(engine)
     rule = proxy.drop_reply(command, where.fresh() if isinstance(where, Nth) else where)
     async with engine:

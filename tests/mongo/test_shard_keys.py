@@ -18,6 +18,20 @@ def test_a_step_write_by_id_alone_is_refused() -> None:
     assert _missing("update", carried) == []
 
 
+def test_each_op_of_a_client_bulk_write_is_checked_in_its_namespace() -> None:
+    command = {
+        "bulkWrite": 1,
+        "nsInfo": [{"ns": "db.p_runs"}, {"ns": "db.p_steps"}],
+        "ops": [
+            {"update": 0, "filter": run_filter("r"), "updateMods": {}, "upsert": True},
+            {"update": 1, "filter": step_filter("r", "k"), "updateMods": {}, "upsert": True},
+            {"update": 1, "filter": {"_id": "r\x00j"}, "updateMods": {}, "upsert": True},
+            {"insert": 1, "document": {"_id": "r\x00i"}},
+        ],
+    }
+    assert len(_missing("bulkWrite", command)) == 2
+
+
 def test_an_upsert_needs_the_key_even_when_multi() -> None:
     upsert = {"q": {"_id": "x"}, "u": {}, "multi": True, "upsert": True}
     assert len(_missing("update", {"update": "p_events", "updates": [upsert]})) == 1
