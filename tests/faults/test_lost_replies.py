@@ -170,6 +170,15 @@ class Nth:
         return where
 
 
+#: The writes that carry an outcome: (the write, whose outcome, its step, whether the
+#: write starts a step too).
+CARRIED = [
+    ("start_step", "an inline outcome", "a", True),
+    ("record_steps", "an inline outcome", "b", False),
+    ("record_steps", "a sleep's outcome", "nap", False),
+    ("start_step", "an event's outcome", "go", True),
+]
+
 #: (what, command, where): one write of the engine each, by the command that carries it
 #: (captured from what the engine sends in this scenario; each ``where`` matches one).
 WRITES: list[tuple[str, str, Where | Nth]] = [
@@ -189,25 +198,14 @@ WRITES: list[tuple[str, str, Where | Nth]] = [
      releases_dropping_a_copied_entry),
     ("start_step: update on runs", "update", Nth(1, starts_first_step)),
     # Outcomes ride in the run's journal (until 16 can go beside it together).
-    ("start_step carrying an inline outcome: update on runs", "update",
-     carries("a", starting=True)),
-    ("record_steps carrying an inline outcome: update on runs", "update",
-     carries("b", starting=False)),
-    ("record_steps carrying a sleep's outcome: update on runs", "update",
-     carries("nap", starting=False)),
-    ("start_step carrying an event's outcome: update on runs", "update",
-     carries("go", starting=True)),
+    *[(f"{write} carrying {what}: update on runs", "update", carries(key, starting=starting))
+      for write, what, key, starting in CARRIED],
     # Outcomes going to their step documents (here: every one, the store told so) in the
     # command of the run write that carries them: a client-level bulkWrite, which
     # nx-27017 serves.
-    ("start_step carrying an inline outcome: bulkWrite on runs and steps", "bulkWrite",
-     rides("a", starting=True)),
-    ("record_steps carrying an inline outcome: bulkWrite on runs and steps", "bulkWrite",
-     rides("b", starting=False)),
-    ("record_steps carrying a sleep's outcome: bulkWrite on runs and steps", "bulkWrite",
-     rides("nap", starting=False)),
-    ("start_step carrying an event's outcome: bulkWrite on runs and steps", "bulkWrite",
-     rides("go", starting=True)),
+    *[(f"{write} carrying {what}: bulkWrite on runs and steps", "bulkWrite",
+       rides(key, starting=starting))
+      for write, what, key, starting in CARRIED],
     ("dispatch: insert into steps, claimed here", "insert",
      {"insert": "pikku_steps", "documents.0.key": "job"}),
     ("dispatched outcome: update on steps", "update",
