@@ -3,9 +3,9 @@
 A pass writes the outcome of step k in the same write that starts step k+1 (the body
 between two steps is deterministic, so the outcome need only be durable by the next
 step boundary). Those outcomes live in the run's ``journal`` until they are copied to
-the step records; every reader sees the two merged. A store whose run record must not
-grow with the run's length writes them to the step records instead, by the same write
-(:func:`journals`).
+the step records; every reader sees the two merged. A store may write them to the step
+records instead, by the same write (:func:`journals`): MongoStore does once 16 gather,
+so the run's record stays small however long the run.
 """
 
 from __future__ import annotations

@@ -63,7 +63,7 @@ class RunOps(DedupOps):
     heartbeats: AsyncCollection[Doc]
     run_writes: Batcher
     line_index: LineIndex | None
-    #: See :meth:`journals_outcomes` (tests set 0 to send every outcome beside).
+    #: See :meth:`journals_outcomes` (tests set 1 to send every outcome beside).
     beside_at: int = BESIDE_AT
 
     # ---- creating and reading ---------------------------------------------------

@@ -144,8 +144,13 @@ class RunControl:
         updated = await self.store.set_run_status(run.run_id, "suspended", expect=("running",))
         if updated is not None:
             await mirror_run(self.runtime.mirror, updated)
-            await self.store.halt_steps(run_id, True)
-            await self.reconcile_halt(run_id)
+            await self.halt_suspended(run_id)
+
+    async def halt_suspended(self, run_id: str) -> None:
+        """After the write that suspended the run: its queue jobs start no more until it
+        is resumed (and a resume that raced the halt is reconciled)."""
+        await self.store.halt_steps(run_id, True)
+        await self.reconcile_halt(run_id)
 
     async def resume(self, run_id: str) -> None:
         run = await self.get(run_id)

@@ -158,8 +158,8 @@ class Driver:
         run_id = run.run_id
         holder, ttl = self.runtime.instance_id, self.runtime.config.lease_ttl
         if end == "terminal":
-            if run_id not in self._again:
-                return None
+            if run_id not in self._again or run_id in self._handed:
+                return None  # (a run handed here is begun already)
             # Kicked here as it ended: a retry may have made it live again, owed a pass.
             return await self.store.begin_pass(
                 run_id, holder=holder, ttl=ttl, workflows=self.runtime.workflow_names()

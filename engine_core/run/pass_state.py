@@ -7,11 +7,11 @@ fence it), recording an outcome, and parking the pass.
 
 One write per step: an outcome is not written on its own. It rides on the write that
 starts the next step (or parks or ends the pass), into the run's journal
-(:mod:`engine_core.journal`), or, on a store whose run record must not grow, into its
-step record by the same write (``journal.journals``); the body between two steps
-is deterministic, so the outcome only has to be durable by then. An outcome that would
-wait longer (the body awaits something else first) goes in a write of its own as soon
-as the body yields.
+(:mod:`engine_core.journal`), or, on a store that can, with the journal's entries into
+their step records by the same write once 16 gather (``journal.journals``); the body
+between two steps is deterministic, so the outcome only has to be durable by then. An
+outcome that would wait longer (the body awaits something else first) goes in a write
+of its own as soon as the body yields.
 
 No outcome is ever dropped. The journal holds at most ``journal_room`` characters: the
 outcomes a write would take it past (many steps ending at once) go to their step
@@ -114,6 +114,9 @@ class PassState:
         self._seen: Counter[str] = Counter()
         # The outcomes the run's journal holds, as far as this pass wrote them.
         self._journal: dict[str, StepRecord] = dict(run.journal)
+        # Whether the store may write outcomes to their step records instead (then a
+        # write may take the journal's entries along: :meth:`_with_journal`).
+        self._may_carry = hasattr(store, "journals_outcomes")
         # What each outcome in the journal takes there, as the writes taken so far leave
         # it (kept within ``journal_room``).
         self._sizes: dict[str, int] = {k: outcome_size(s) for k, s in run.journal.items()}
@@ -328,7 +331,7 @@ class PassState:
             self._give_back(list(pending.values()), done, forget)
             raise
         forget |= {s.key for s in moved if s.key in self._journal or s.key in sizes}
-        if carry and outcomes and self._journal:
+        if carry and self._may_carry and outcomes and self._journal:
             outcomes = self._with_journal(outcomes, forget)
         kept = {s.key for s in outcomes}
         # An outcome replaces its key's entry in the journal, or, written to its step

@@ -145,9 +145,7 @@ class RunPass(PassState):
                 return "stopped"
         except Stopped:
             return "stopped"
-        # As ``engine.suspend``: the run's queue jobs start no more until it is resumed.
-        await self.store.halt_steps(self.run_id, True)
-        await self.control.reconcile_halt(self.run_id)
+        await self.control.halt_suspended(self.run_id)  # as ``engine.suspend``
         return "stopped"
 
     async def _fail(self, failure: BaseException) -> PassEnd:
@@ -180,11 +178,9 @@ class RunPass(PassState):
         lifecycle_log.pass_diverged(self.run, error.get("step"), error["message"])
         end = await self._end("suspended", None, error)
         if end == "terminal":
-            # As ``engine.suspend``, after the write that stopped the run (halted before
-            # it, a fenced-out write would leave another pass's run with halted jobs); a
-            # resume that raced the halt is reconciled.
-            await self.store.halt_steps(self.run_id, True)
-            await self.control.reconcile_halt(self.run_id)
+            # After the write that stopped the run: halted before it, a fenced-out write
+            # would leave another pass's run with halted jobs.
+            await self.control.halt_suspended(self.run_id)
         return end
 
     def _compensable(self) -> list[StepRecord]:
