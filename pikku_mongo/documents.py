@@ -80,7 +80,7 @@ STEP_IDENTITY = frozenset({"run_id", "key"})
 #: ``\x02``), so a step's ``_id`` names one (run id, key) pair.
 _ID_SEPARATOR = "\x01\x03"
 #: The storage format of this version; see ``MongoStore.init`` for the migration.
-FORMAT = 3
+FORMAT = 4
 
 
 @functools.lru_cache(maxsize=4096)

@@ -13,23 +13,30 @@ from pikku_mongo.documents import inflight_field
 from pikku_mongo.journal_text import step_to_text
 
 #: A pass's write that carries at least this many outcomes sends them to their step
-#: documents in its command (where the server serves the client-level ``bulkWrite``);
-#: fewer ride in the run's journal. A pass whose journal holds 15 carries them again
-#: with the next outcome: the run's document stays under 16 compact entries (about
-#: 2 KB), a short run (most runs) writes no step document for an inline step, and the
-#: client-level command is paid once per 16 steps.
+#: documents or a journal page (:mod:`pikku_mongo.journal_pages`) in its command, where
+#: the server serves the client-level ``bulkWrite``; fewer ride in the run's journal. A
+#: pass whose journal holds 15 carries them again with the next outcome: the run's
+#: document stays under 16 compact entries (about 2 KB), a short run (most runs) writes
+#: nothing for an inline step but its run, and the client-level command is paid once
+#: per 16 steps.
 BESIDE_AT = 16
 
 
 def journal_changes(
-    to_set: Doc, to_unset: Doc, outcomes: Sequence[StepRecord], forget: Iterable[str]
+    to_set: Doc,
+    to_unset: Doc,
+    outcomes: Sequence[StepRecord],
+    forget: Iterable[str],
+    texts: Sequence[str] | None = None,
 ) -> None:
-    """Add to ``to_set`` the journal entries of ``outcomes``, and to ``to_unset`` the
-    entries of ``forget`` that no outcome replaces (both on one path would conflict)."""
+    """Add to ``to_set`` the journal entries of ``outcomes`` (``texts``: their texts,
+    when made already), and to ``to_unset`` the entries of ``forget`` that no outcome
+    replaces (both on one path would conflict)."""
     keys = set()
-    for outcome in outcomes:
+    for index, outcome in enumerate(outcomes):
         keys.add(outcome.key)
-        to_set[f"journal.{inflight_field(outcome.key)}"] = step_to_text(outcome)
+        text = step_to_text(outcome) if texts is None else texts[index]
+        to_set[f"journal.{inflight_field(outcome.key)}"] = text
     for key in forget:
         if check_str(key, "journal key") not in keys:
             to_unset[f"journal.{inflight_field(key)}"] = ""

@@ -24,6 +24,12 @@ Format 3 also writes the journal's outcomes as compact text
 as it is, so nothing is rewritten. A process of an earlier version cannot read the
 compact form: stop every process of an earlier version before one of this version
 drives runs (a process refuses a database whose format is newer than its own).
+
+Format 4 (issue 27) writes a long run's final inline outcomes in journal pages, several
+to a document of ``steps`` (:mod:`pikku_mongo.journal_pages`). Nothing already stored
+changes, so the migration only records the format; a process of an earlier version
+would not read a page, so the same rule holds: stop every process of an earlier version
+first.
 """
 
 from __future__ import annotations

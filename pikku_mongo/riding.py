@@ -7,8 +7,9 @@ client-level ``bulkWrite`` (MongoDB 8.0+, and nx-27017):
   boundary; they join the ``streams`` batcher's queue without sending at once, and the
   ``runs`` batcher's next batch takes them;
 * **step outcomes** (``beside`` writes): a pass's write that starts a step carries the
-  outcomes of the steps before it as upserts of their step documents, so the run
-  document, rewritten at every step, never holds them and stays the same size.
+  outcomes of the steps before it as upserts of their step documents or of a journal
+  page (:mod:`pikku_mongo.journal_pages`), so the run document, rewritten at every
+  step, never holds many and stays about the same size.
 
 An outcome must land only if its run write's guard (the run's token and status) holds.
 A batch carrying outcomes is therefore sent *ordered*, each run write followed by its

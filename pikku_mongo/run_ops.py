@@ -36,7 +36,9 @@ from pikku_mongo.documents import (
     run_to_doc,
 )
 from pikku_mongo.encoding import dump_value, pack, to_us, unpack
-from pikku_mongo.filters import eq, step_upsert
+from pikku_mongo.filters import eq
+from pikku_mongo.journal_pages import beside_writes
+from pikku_mongo.journal_text import step_to_text
 from pikku_mongo.journal_writes import BESIDE_AT, journal_changes, update_of
 from pikku_mongo.line_index import LineIndex
 from pikku_mongo.op_ids import landed_filter, new_op
@@ -250,14 +252,15 @@ class RunOps(DedupOps):
         beside: list[tuple[Doc, Doc]] = []
         fallback = None
         if not self.journals_outcomes(outcomes):
-            # The outcomes go to their step documents in the same command, only if this
-            # write lands (pikku_mongo.riding); the journal form is kept for a server
-            # found out to serve no such command on this very write.
+            # The outcomes go to their step documents or a journal page in the same
+            # command, only if this write lands (pikku_mongo.riding); the journal form
+            # is kept for a server found out to serve no such command on this write.
+            texts = [step_to_text(outcome) for outcome in outcomes]
             journal_set, journal_unset = dict(to_set), dict(to_unset)
-            journal_changes(journal_set, journal_unset, outcomes, forget)
+            journal_changes(journal_set, journal_unset, outcomes, forget, texts)
             fallback = update_of(journal_set, journal_unset)
             journal_changes(to_set, to_unset, (), forget)
-            beside = [step_upsert(outcome) for outcome in outcomes]
+            beside = beside_writes(run_id, outcomes, texts)
         else:
             journal_changes(to_set, to_unset, outcomes, forget)
         # Landed, but the run taken over since (a newer pass's begin leaves ``ops`` as

@@ -28,7 +28,6 @@ from pikku_mongo.checks import (
 )
 from pikku_mongo.documents import (
     entry_from_text,
-    lean_step_from_doc,
     step_doc_id,
     step_from_doc,
     step_to_doc,
@@ -47,6 +46,7 @@ from pikku_mongo.filters import (
     step_upsert,
 )
 from pikku_mongo.job_index import JobIndex
+from pikku_mongo.journal_pages import steps_of_docs
 from pikku_mongo.line_index import LineIndex
 from pikku_mongo.retry import surface_oversize, transient_retry
 from pikku_mongo.skew import SkewBound
@@ -71,7 +71,7 @@ class StepOps(SkewBound, CausalReads):
     async def load_steps(self, run_id: str) -> list[StepRecord]:
         """1 find by ``run_id`` (plus a getMore per further batch)."""
         query = {"run_id": eq(pack(check_str(run_id, "run id")))}
-        return [step_from_doc(doc) for doc in await self.read_all(self.steps, query)]
+        return steps_of_docs(await self.read_all(self.steps, query))
 
     @transient_retry
     async def load_steps_of(
@@ -83,9 +83,7 @@ class StepOps(SkewBound, CausalReads):
         if not found:
             return found
         query = {"run_id": one_of([pack(r) for r in found])}
-        decode = lean_step_from_doc if lean else step_from_doc
-        for doc in await self.read_all(self.steps, query):
-            step = decode(doc)
+        for step in steps_of_docs(await self.read_all(self.steps, query), lean=lean):
             found.setdefault(step.run_id, []).append(step)
         return found
 

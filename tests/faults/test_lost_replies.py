@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -118,15 +119,22 @@ def releases_dropping_a_copied_entry(command: dict[str, Any]) -> bool:
     )
 
 
+def writes_outcome(written: dict[str, Any], key: str) -> bool:
+    """Whether a step document's ``$set`` writes ``key``'s outcome: its own document,
+    or a journal page holding it (``pikku_mongo.journal_pages``)."""
+    page = written.get("page", [])
+    return written.get("key") == key or any(json.loads(text)["k"] == key for text in page)
+
+
 def rides(key: str, *, starting: bool, run_id: str = RUN) -> Where:
-    """A client-level ``bulkWrite`` carrying ``key``'s outcome to its step document
-    after the run's guarded write: start_step (an entry put in flight) or record_steps
-    (the outcome alone)."""
+    """A client-level ``bulkWrite`` carrying ``key``'s outcome to its step document or
+    a journal page after the run's guarded write: start_step (an entry put in flight) or
+    record_steps (the outcome alone)."""
 
     def where(command: dict[str, Any]) -> bool:
         ops = client_ops(command)
         run = [u for ns, u in ops if ns == "pikku_runs" and u["q"].get("_id") == run_id]
-        step = [u for ns, u in ops if ns == "pikku_steps" and u["u"]["$set"].get("key") == key]
+        step = [u for ns, u in ops if ns == "pikku_steps" and writes_outcome(u["u"]["$set"], key)]
         return (
             len(run) == 1
             and bool(sets(run[0], "inflight.")) == starting
