@@ -97,6 +97,10 @@ def metered(counter: CommandCounter | None) -> Iterator[Meter]:
         meter.extra["server_written"] = float(e_written - s_written)
 
 
+#: The sequential floor's variant in a collection with the run indexes.
+INDEXED = "1 at a time, run indexes"
+
+
 def floor_document(i: int) -> dict[str, Any]:
     """A fresh run document of the inline workflow, as the store writes it."""
     from engine_core.records import RunRecord, utcnow
@@ -117,7 +121,10 @@ def floor_document(i: int) -> dict[str, Any]:
 
 
 @contextlib.asynccontextmanager
-async def _collection(base_uri: str, docs: int) -> AsyncIterator[tuple[Any, list[Any], Any]]:
+async def _collection(
+    base_uri: str, docs: int, indexed: bool = False
+) -> AsyncIterator[tuple[Any, list[Any], Any]]:
+    from pikku_mongo.indexes import RUN_INDEXES
     from pikku_mongo.store import DEFAULT_WRITE_CONCERN
 
     name = fresh_db_name("floor")
@@ -128,6 +135,8 @@ async def _collection(base_uri: str, docs: int) -> AsyncIterator[tuple[Any, list
     concern = common.STORE_OPTIONS.get("write_concern", DEFAULT_WRITE_CONCERN)
     try:
         collection = client[name].get_collection("runs", write_concern=concern)
+        if indexed:
+            await collection.create_indexes(RUN_INDEXES)
         made = [floor_document(i) for i in range(docs)]
         await collection.insert_many(made)
         yield collection, [d["_id"] for d in made], counter
@@ -143,9 +152,11 @@ def _guarded(doc_id: Any, n: int) -> tuple[dict[str, Any], dict[str, Any]]:
     )
 
 
-async def floor_sequential(base_uri: str, ops: int) -> Measurement:
-    """``ops`` guarded updates of one run-sized document, one at a time."""
-    async with _collection(base_uri, 1) as (collection, ids, counter):
+async def floor_sequential(base_uri: str, ops: int, indexed: bool = False) -> Measurement:
+    """``ops`` guarded updates of one run-sized document, one at a time (``indexed``: in
+    a collection with the store's run indexes, none of whose keys the update changes:
+    what those indexes cost a server that rewrites them on every update)."""
+    async with _collection(base_uri, 1, indexed) as (collection, ids, counter):
         counter.reset()
         began = time.perf_counter()
         with metered(counter) as meter:
@@ -235,6 +246,7 @@ async def floor_section(
     parts: list[tuple[str, Callable[[], Awaitable[Measurement]]]] = [
         ("1 at a time", lambda: floor_sequential(uri, ops)),
         (f"bulks of {BULK}", lambda: floor_bulk(uri, ops)),
+        (INDEXED, lambda: floor_sequential(uri, ops, indexed=True)),
     ]
     for label, fn in parts:
         try:
