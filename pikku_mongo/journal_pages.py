@@ -4,12 +4,13 @@ A pass's write that takes 16 outcomes out of the run's journal (see
 :mod:`pikku_mongo.journal_writes`) used to write each to its own step document: 16
 upserts into a collection with five indexes, which cost the server (nx-27017, measured)
 as much as the 16 run writes they rode on. An outcome that can never change again, a
-succeeded inline step's that no compensation will mark, goes instead into one *page*:
-a document of the ``steps`` collection holding those outcomes as the journal held them
-(compact text, :mod:`pikku_mongo.journal_text`), written by the same command in the
-same guarded way. Every other outcome (a failure, a retry, a step a compensation may
-mark) still gets its own step document, so whatever later finds or changes a step by
-its ``_id`` (a retry, a claim, a child's settle) never meets a page.
+succeeded inline step's at its first attempt that no compensation will mark, goes
+instead into one *page*: a document of the ``steps`` collection holding those outcomes
+as the journal held them (compact text, :mod:`pikku_mongo.journal_text`), written by
+the same command in the same guarded way. Every other outcome (a failure, a retry and
+what came after it, a step a compensation may mark) still gets its own step document,
+so whatever later finds or changes a step by its ``_id`` (a retry, a claim, a child's
+settle, the sweep for sleeps and retries due) never meets a page.
 
 A page carries ``run_id`` (its shard key, so a run's steps are read by the same query)
 and ``fmt``, but none of the fields the other queries of ``steps`` match (``status``,
@@ -40,10 +41,13 @@ _PAGE_SEPARATOR = "\x01\x04"
 
 
 def pageable(step: StepRecord) -> bool:
-    """Whether ``step``'s outcome is final: nothing will find or change its document
-    again, so it may go into a page."""
+    """Whether ``step``'s outcome is final and no step document of it can exist: nothing
+    will find or change its document again, so it may go into a page. (A step that ran
+    more than once may have left one, ``scheduled`` for a retry: its outcome goes over
+    that document, or the recovery sweep would keep finding a sleep due.)"""
     return (
         step.status == "succeeded"
+        and step.attempts == 1
         and step.kind == "inline"
         and not step.compensable
         and step.notified

@@ -102,6 +102,9 @@ class PassState:
         self.control = control
         self.run = run
         self.steps = merged(run, steps)
+        # Steps whose record waits for a retry: their outcome goes over that record when
+        # the pass ends, or recovery's sweep would find the retry due for ever.
+        self._records_due = {s.key for s in steps if s.status == "scheduled"}
         self.status: RunState = run.status
         #: A compensating run replays only to learn its compensations.
         self.replay_only = run.status == "compensating"
@@ -456,9 +459,9 @@ class PassState:
         # The settle clears marks, and journals what it carries.
         outcomes, _, forget = await self._take(beside=beside, carry=False)
         settled = {s.key for s in outcomes}
-        moving = [s for s in outcomes if not kept_in_journal(s)]
+        moving = [s for s in outcomes if not self._journaled(s)]
         moving += [
-            s for k, s in self._journal.items() if k not in settled and not kept_in_journal(s)
+            s for k, s in self._journal.items() if k not in settled and not self._journaled(s)
         ]
         if moving:
             await self.store.save_steps(moving)
@@ -469,6 +472,9 @@ class PassState:
             outcomes = [s for s in outcomes if s.key not in moved]
             forget |= moved & self._journal.keys()
         return outcomes, forget
+
+    def _journaled(self, step: StepRecord) -> bool:
+        return kept_in_journal(step) and step.key not in self._records_due
 
     async def settled(self, ok: bool, outcomes: list[StepRecord], forget: set[str]) -> None:
         """After the settling write that carried what :meth:`end_writes` returned."""

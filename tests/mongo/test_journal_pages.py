@@ -5,6 +5,7 @@ had its own step document."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -153,3 +154,43 @@ def test_a_page_written_again_is_the_same_document() -> None:
     outcomes = [step_to_text(done_step("r", "a")), step_to_text(done_step("r", "b"))]
     assert page_upsert("r", outcomes) == page_upsert("r", outcomes)
     assert page_upsert("r", outcomes)[0] != page_upsert("r", outcomes[:1])[0]
+
+
+@pytest.mark.parametrize("after", [3, 20])
+async def test_a_step_retried_after_a_delay_leaves_no_sleep_due(
+    store: MongoStore, after: int
+) -> None:
+    """A step whose first attempt failed waited for its retry in a step document
+    (``scheduled``): its success goes over that document by the time the pass ends,
+    whether it stayed in the run's journal (a short run) or left it among 16 (never
+    into a page), so the recovery sweep finds nothing due."""
+    failures = {"flaky": 1}
+
+    async def work(name: str, value: int) -> int:
+        if failures.get(name):
+            failures[name] -= 1
+            raise RuntimeError("once")
+        return value
+
+    engine = Engine(store)
+
+    @engine.workflow("parks-late")
+    async def parks_late(ctx: WorkflowContext, n: int) -> None:
+        await ctx.step("flaky", work, "flaky", 1, retries=1, retry_delay=1.1)
+        for i in range(n):
+            await ctx.step(f"s{i}", work, f"s{i}", i)
+        await ctx.sleep("long", 3600)
+
+    async with engine:
+        run_id = await engine.start("parks-late", after)
+        for _ in range(300):
+            steps = (await engine.status(run_id)).steps
+            if "long" in steps and "long" not in (await store.get_run(run_id)).inflight:  # type: ignore[union-attr]
+                break
+            await asyncio.sleep(0.05)
+        assert steps["flaky"].attempts == 2 and steps[f"s{after - 1}"].status == "succeeded"
+    assert len(await page_docs(store, run_id)) == (1 if after > 16 else 0)
+    flaky = await store.get_step(run_id, "flaky")
+    assert flaky is not None and (flaky.status, flaky.attempts) == ("succeeded", 2)
+    report = await Engine(store).recover()
+    assert report.woken == 0, report.summary()
