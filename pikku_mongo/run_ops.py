@@ -41,7 +41,7 @@ from pikku_mongo.journal_pages import beside_writes
 from pikku_mongo.journal_text import step_to_text
 from pikku_mongo.journal_writes import BESIDE_AT, journal_changes, update_of
 from pikku_mongo.line_index import LineIndex
-from pikku_mongo.op_ids import landed_filter, new_op
+from pikku_mongo.op_ids import PassOps, landed_filter, new_op
 from pikku_mongo.retry import surface_oversize, transient_retry
 
 _BY_ID = [("_id", 1)]
@@ -67,6 +67,8 @@ class RunOps(DedupOps):
     line_index: LineIndex | None
     #: See :meth:`journals_outcomes` (tests set 1 to send every outcome beside).
     beside_at: int = BESIDE_AT
+    #: The operation ids of this process's passes (see :mod:`pikku_mongo.op_ids`).
+    pass_ops: PassOps
 
     # ---- creating and reading ---------------------------------------------------
 
@@ -287,16 +289,17 @@ class RunOps(DedupOps):
         beside: Sequence[tuple[Doc, Doc]] = (),
         fallback: Doc | None = None,
     ) -> bool:
-        """A guarded write of the run that knows, when it is sent again after a lost
-        reply and finds its guard failed, whether its first try landed: it carries an
-        operation id, and the run keeps the last few (see :mod:`pikku_mongo.op_ids`).
+        """A guarded write of a pass (``query`` holds its token) that knows, when it is
+        sent again after a lost reply and finds its guard failed, whether its first try
+        landed: it carries an operation id in the pass's ring (see
+        :mod:`pikku_mongo.op_ids`).
         ``still``: fields of the guard that must hold yet for a landed first try to
         count. ``beside`` and ``fallback``: see :meth:`Batcher.guarded`."""
         update = update_of(to_set, to_unset)
-        op = new_op(update)
+        mine: Doc = self.pass_ops.add(query["_id"], query["token"], update)
         if fallback is not None:
-            fallback["$push"] = update["$push"]
-        mine: Doc = {**landed_filter(query["_id"], op), **{f: query[f] for f in still}}
+            fallback["$set"].update((f, v) for f, v in mine.items() if f != "_id")
+        mine.update((f, query[f]) for f in still)
 
         async def landed() -> bool:
             doc = await self.read_one(self.runs, mine, {"_id": 1})

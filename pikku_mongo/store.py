@@ -101,6 +101,7 @@ from pikku_mongo.job_index import JobIndex
 from pikku_mongo.line_index import LineIndex
 from pikku_mongo.listing import ListingOps, backfill_made
 from pikku_mongo.migrations import migrate
+from pikku_mongo.op_ids import PassOps
 from pikku_mongo.queue_ops import QueueOps
 from pikku_mongo.retry import transient_retry
 from pikku_mongo.run_ops import RunOps
@@ -205,6 +206,7 @@ class MongoStore(
         # Group commit, one queue per collection written on the hot path. A document a
         # guarded upsert created has none of the fields every real document has.
         self.run_writes = Batcher(self.runs, {"workflow": {"$exists": False}}, beside=self.steps)
+        self.pass_ops = PassOps()
         self.step_writes = Batcher(self.steps, {"fmt": {"$exists": False}})
         self.dedup_writes = Batcher(self.dedup, {"run_id": {"$exists": False}})
         self.stream_writes = Batcher(

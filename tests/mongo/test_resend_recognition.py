@@ -12,6 +12,7 @@ import pytest
 from pymongo.errors import AutoReconnect
 
 from engine_core.journal import journals
+from engine_core.records import RunState, utcnow
 from engine_core.testing.builders import begin, done_step, make_run
 from pikku_mongo import MongoStore
 from tests.conftest import mongo_store
@@ -28,7 +29,7 @@ async def test_a_landed_write_is_recognised_after_another_landed(
     real = store.runs.update_one
     client = store.runs.database.client
     real_bulk = client.bulk_write
-    lost = []
+    lost: list[Any] = []
 
     async def another_lands() -> None:
         # Before the store sends it again, another write lands on the run (a stop, with
@@ -65,4 +66,41 @@ async def test_a_landed_write_is_recognised_after_another_landed(
         assert "a" in run.journal
     else:  # nx-27017: its step document, by the client-level bulkWrite
         assert [s.key for s in await store.load_steps("r")] == ["a"]
+    await store.close()
+
+
+STOPS: list[tuple[RunState, RunState]] = [("running", "suspended"), ("suspended", "running")]
+
+
+@pytest.mark.parametrize("server", ["nx_uri", "mongoeco_uri"])
+async def test_a_pass_write_is_recognised_however_many_stops_landed_after_it(
+    request: pytest.FixtureRequest, server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pass's write keeps its operation id in the pass's own ring: writes of other
+    kinds (here nine stops and restarts, each with an id of its own) never push it out."""
+    store: MongoStore = await mongo_store(request.getfixturevalue(server))
+    await store.insert_run(make_run("r"))
+    token = await begin(store, "r")
+    real = store.runs.update_one
+    lost: list[Any] = []
+
+    async def reply_lost(filter: Any, update: Any, **kwargs: Any) -> Any:
+        result = await real(filter, update, **kwargs)
+        if not lost and "inflight" in str(update):
+            lost.append(filter)
+            # Suspend, resume, ... suspend: nine ids pushed, and the guard fails for good.
+            for i in range(9):
+                expect, status = STOPS[i % 2]
+                assert await store.set_run_status("r", status, expect=[expect])
+            raise AutoReconnect("connection reset: the reply was lost")
+        return result
+
+    monkeypatch.setattr(store.runs, "update_one", reply_lost)
+    landed = await store.start_step(
+        "r", token=token, status="running", key="a", attempt=1, started_at=utcnow()
+    )
+    assert lost, "the write was not sent"
+    assert landed is True
+    run = await store.get_run("r")
+    assert run is not None and run.status == "suspended" and "a" in run.inflight
     await store.close()
