@@ -6,12 +6,15 @@ write asks whether its id is among them: its first try landed even when other wr
 (up to ``OPS_KEPT - 1`` of them) landed on the run in between. (Before, the run kept only
 the last id, so one write in between made a landed write look fenced out.)
 
-A pass's own writes (every step's, guarded by the pass's token) keep theirs in a ring
-instead (:class:`PassOps`): the pass's n-th write sets slot ``n % OPS_KEPT`` of the
-run's ``pops``, so its id stays until the pass has written ``OPS_KEPT`` more times, and
-other writers never push it out. A ``$set`` rather than a ``$push``: nx-27017 applies
-``$set`` in SQL but ``$push`` by re-encoding the whole document (measured: 0.3 ms of
-server time per step write); on MongoDB both are cheap.
+A pass's step writes keep theirs in a ring instead (:class:`PassOps`): the pass's n-th
+write sets slot ``n % OPS_KEPT`` of the run's ``pops``, so its id stays until the pass
+has written ``OPS_KEPT`` more times (the other writers push onto ``ops`` and never push
+it out). A ``$set`` rather than a ``$push``: nx-27017 applies ``$set`` in SQL but
+``$push`` by re-encoding the whole document (measured: 0.3 ms of server time per step
+write); on MongoDB both are cheap. The next pass (another token) counts from slot 0
+again, so a step write counts as landed only while the run still carries its token,
+which it must anyway (a pass taken over is fenced out); a pass's settle, which must be
+recognised after a takeover, pushes onto ``ops``.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from pikku_mongo.documents import Doc
 
 #: How many recent operation ids a run keeps.
 OPS_KEPT = 8
+#: The run's field holding the ring of its passes' operation ids.
+RING = "pops"
 
 #: This process's random prefix and a count: unique like a random id per write without
 #: drawing random bytes for every step (a forked child draws its own prefix).
@@ -75,6 +80,10 @@ class PassOps:
         if len(self._next) > self._size:
             self._next.popitem(last=False)
         op = f"{_PREFIX}{next(_COUNT):x}"
-        field = f"pops.s{n % OPS_KEPT}"
+        field = f"{RING}.s{n % OPS_KEPT}"
         update.setdefault("$set", {})[field] = op
         return {"_id": doc_id, field: op}
+
+    def forget(self, doc_id: str, token: int) -> None:
+        """The pass holding ``token`` on run ``doc_id`` has ended: drop its count."""
+        self._next.pop((doc_id, token), None)

@@ -265,8 +265,8 @@ class RunOps(DedupOps):
             beside = beside_writes(run_id, outcomes, texts)
         else:
             journal_changes(to_set, to_unset, outcomes, forget)
-        # Landed, but the run taken over since (a newer pass's begin leaves ``ops`` as
-        # they were): the pass is fenced out as if it had not, so it starts no step body for
+        # Landed, but the run taken over since (a newer pass's writes reuse the ring's
+        # slots): the pass is fenced out as if it had not, so it starts no step body for
         # an attempt the newer pass has already counted lost.
         return await self._guarded(
             query, to_set, to_unset, still=("token",), beside=beside, fallback=fallback
@@ -291,12 +291,17 @@ class RunOps(DedupOps):
     ) -> bool:
         """A guarded write of a pass (``query`` holds its token) that knows, when it is
         sent again after a lost reply and finds its guard failed, whether its first try
-        landed: it carries an operation id in the pass's ring (see
-        :mod:`pikku_mongo.op_ids`).
+        landed: it carries an operation id (see :mod:`pikku_mongo.op_ids`), in the
+        pass's ring when ``still`` holds the token, else pushed onto the run's ``ops``
+        (a later pass's writes reuse the ring's slots).
         ``still``: fields of the guard that must hold yet for a landed first try to
         count. ``beside`` and ``fallback``: see :meth:`Batcher.guarded`."""
         update = update_of(to_set, to_unset)
-        mine: Doc = self.pass_ops.add(query["_id"], query["token"], update)
+        mine: Doc
+        if "token" in still:
+            mine = self.pass_ops.add(query["_id"], query["token"], update)
+        else:
+            mine = landed_filter(query["_id"], new_op(update))
         if fallback is not None:
             fallback["$set"].update((f, v) for f, v in mine.items() if f != "_id")
         mine.update((f, query[f]) for f in still)
@@ -344,6 +349,10 @@ class RunOps(DedupOps):
         }
         if check_bool(idle_only, "idle_only"):
             query["pending_pass"] = False
+        if not keep_lease:
+            self.pass_ops.forget(query["_id"], token)
+        # A settle that landed must be recognised after another process has taken the
+        # run over (its lease is free then): its id goes onto ``ops``, not the ring.
         return await self._guarded(query, to_set, to_unset)
 
     async def request_pass(self, run_id: str, *, changed: str | None = None) -> None:

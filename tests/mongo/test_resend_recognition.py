@@ -15,7 +15,7 @@ from engine_core.journal import journals
 from engine_core.records import RunState, utcnow
 from engine_core.testing.builders import begin, done_step, make_run
 from pikku_mongo import MongoStore
-from tests.conftest import mongo_store
+from tests.conftest import mongo_store, with_database
 
 
 @pytest.mark.parametrize("server", ["nx_uri", "mongoeco_uri"])
@@ -103,4 +103,52 @@ async def test_a_pass_write_is_recognised_however_many_stops_landed_after_it(
     assert landed is True
     run = await store.get_run("r")
     assert run is not None and run.status == "suspended" and "a" in run.inflight
+    await store.close()
+
+
+@pytest.mark.parametrize("steps_before", [0, 8])
+@pytest.mark.parametrize("server", ["nx_uri", "mongoeco_uri"])
+async def test_a_settle_is_recognised_after_another_process_took_the_run_over(
+    request: pytest.FixtureRequest,
+    server: str,
+    steps_before: int,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A pass parks (its settle frees the lease) and the reply is lost; another process
+    begins the next pass and starts a step before the settle is sent again. The next
+    pass counts its ring's slots from the first again, so the settle (here the pass's
+    first write, or its ninth) must keep its id elsewhere to be recognised."""
+    uri = request.getfixturevalue(server)
+    store: MongoStore = await mongo_store(uri)
+    other = MongoStore.from_uri(with_database(uri, store.runs.database.name), max_clock_skew=0)
+    await other.init()
+    await store.insert_run(make_run("r"))
+    token = await begin(store, "r")
+    for i in range(steps_before):
+        assert await store.start_step(
+            "r", token=token, status="running", key=f"k{i}", attempt=1, started_at=utcnow()
+        )
+    real = store.runs.update_one
+    lost: list[Any] = []
+
+    async def reply_lost(filter: Any, update: Any, **kwargs: Any) -> Any:
+        result = await real(filter, update, **kwargs)
+        if not lost and update.get("$set", {}).get("open_pass") is False:
+            lost.append(filter)
+            next_token = await begin(other, "r")
+            assert next_token == token + 1
+            assert await other.start_step(
+                "r", token=next_token, status="running", key="b", attempt=1,
+                started_at=utcnow(),
+            )  # fmt: skip
+            raise AutoReconnect("connection reset: the reply was lost")
+        return result
+
+    monkeypatch.setattr(store.runs, "update_one", reply_lost)
+    try:
+        landed = await store.settle_run("r", token=token, expect=["running"])
+    finally:
+        await other.close()
+    assert lost, "the settle was not sent"
+    assert landed is True
     await store.close()
