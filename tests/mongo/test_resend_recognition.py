@@ -120,7 +120,7 @@ async def test_a_settle_is_recognised_after_another_process_took_the_run_over(
     first write, or its ninth) must keep its id elsewhere to be recognised."""
     uri = request.getfixturevalue(server)
     store: MongoStore = await mongo_store(uri)
-    other = MongoStore.from_uri(with_database(uri, store.runs.database.name), max_clock_skew=0)
+    other = MongoStore.from_uri(with_database(uri, store.database.name), max_clock_skew=0)
     await other.init()
     await store.insert_run(make_run("r"))
     token = await begin(store, "r")
