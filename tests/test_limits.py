@@ -15,6 +15,10 @@ from engine_core import (
     WorkflowContext,
     current_step,
 )
+from engine_core.journal import merged
+from engine_core.memory import InMemoryStore
+from engine_core.run.journal_room import journal_room, outcome_size
+from engine_core.values import stored_size
 
 
 async def test_a_huge_error_message_keeps_the_retry(engine: Engine) -> None:
@@ -96,3 +100,36 @@ async def test_input_and_output_must_fit_one_record_together(engine: Engine) -> 
             await engine.result(run_id, timeout=30)
     error = (await engine.status(run_id)).error
     assert error is not None and error["type"] == "NotSerializableError"
+
+
+async def test_an_output_that_leaves_the_journal_no_room_keeps_every_outcome() -> None:
+    """Sixteen large outcomes fill the run's journal; an input and an output that take
+    nearly all of one record then leave it too little room, and the run's last write
+    moves outcomes to their step records first: the record stays within its room and no
+    outcome is lost. (In memory: MongoStore pages a long run's journal by count.)"""
+    store = InMemoryStore()
+    engine = Engine(store)
+    half = "h" * 7_860_000  # two of them: just under the 15 MiB they may take together
+    result = "r" * 64_500  # just under the 64 KiB an outcome may take in the journal
+
+    async def step() -> str:
+        return result
+
+    @engine.workflow("w")
+    async def w(ctx: WorkflowContext, data: Any) -> str:
+        for i in range(16):  # about 1 MiB of outcomes for the journal
+            await ctx.step(f"s{i}", step)
+        return half
+
+    async with engine:
+        run_id = await engine.start("w", half)
+        assert await engine.result(run_id, timeout=60) == half
+    run = await store.get_run(run_id)
+    assert run is not None and run.journal
+    kept = sum(outcome_size(s) for s in run.journal.values())
+    assert kept <= journal_room(stored_size(half) * 2)
+    saved = await store.get_steps(run_id, [f"s{i}" for i in range(16)])
+    assert saved  # moved out of the journal
+    steps = merged(run, saved)
+    assert sorted(steps) == sorted(f"s{i}" for i in range(16))
+    assert all(s.status == "succeeded" and s.result == result for s in steps.values())

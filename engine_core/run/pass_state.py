@@ -123,6 +123,7 @@ class PassState:
         # What each outcome in the journal takes there, as the writes taken so far leave
         # it (kept within ``journal_room``).
         self._sizes: dict[str, int] = {k: outcome_size(s) for k, s in run.journal.items()}
+        self._total = sum(self._sizes.values())  # kept with ``_sizes``: never summed again
         self._input_size = stored_size(run.input)
         # What the next write carries: outcomes recorded since the last one, the keys
         # whose in-flight marks it clears, and journal keys copied to step records.
@@ -296,23 +297,24 @@ class PassState:
             raise Stopped()
         pending, done, forget = self._pending, self._done, self._forget
         self._pending, self._done, self._forget = {}, set(), set()
-        sizes = self._sizes
+        sizes, total = self._sizes, self._total
+        before = total
         try:
             room = journal_room(self._input_size + (stored_size(*beside) if beside else 0))
-            # What stays in the journal from before this write (copied and summed at C
-            # speed: this runs at every step, over a journal of up to ``FLUSH_AT``).
+            # What stays in the journal from before this write (copied at C speed: this
+            # runs at every step, over a journal that may hold thousands of entries).
             held = dict(sizes)
             for key in forget:
-                held.pop(key, None)
+                total -= held.pop(key, 0)
             for key in pending:
-                held.pop(key, None)
-            total = sum(held.values())
+                total -= held.pop(key, 0)
             moved: list[StepRecord] = []
-            for key in [k for k in held if k in self._journal]:
-                if total <= room:  # the room shrank (a large output): make it fit
-                    break
-                moved.append(self._journal[key])
-                total -= held.pop(key)
+            if total > room:  # the room shrank (a large output): make it fit
+                for key in [k for k in held if k in self._journal]:
+                    moved.append(self._journal[key])
+                    total -= held.pop(key)
+                    if total <= room:
+                        break
             outcomes: list[StepRecord] = []
             for step in pending.values():
                 size = outcome_size(step)
@@ -323,14 +325,14 @@ class PassState:
                 else:
                     moved.append(step)
             # Reserved at once: writes in flight together must not fill the room twice.
-            self._sizes = held
+            self._sizes, self._total = held, total
             if moved:
                 await self.store.save_steps(moved)
                 for step in moved:
                     if step.key in pending:  # new here: the mirror has not seen it yet
                         await mirror_step(self.runtime.mirror, step)
         except BaseException:
-            self._sizes = sizes
+            self._sizes, self._total = sizes, before
             self._give_back(list(pending.values()), done, forget)
             raise
         forget |= {s.key for s in moved if s.key in self._journal or s.key in sizes}
@@ -373,7 +375,7 @@ class PassState:
         if not journals(self.store, outcomes):
             # In their step records already, with the journal's entries they took along.
             for outcome in outcomes:
-                self._sizes.pop(outcome.key, None)
+                self._total -= self._sizes.pop(outcome.key, 0)
                 await mirror_step(self.runtime.mirror, outcome)
             if not self._journal:
                 self._uncopied = 0  # nothing left for a copy of its own to move
