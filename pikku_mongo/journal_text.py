@@ -76,6 +76,32 @@ def step_to_text(step: StepRecord) -> str:
     return dump_value(data)
 
 
+class RecentTexts:
+    """The texts of the small outcomes written lately, by record: the write that takes
+    a run's journal to a page sends the texts its entries were journaled as, instead of
+    making each again (the engine makes a new record for every change of a step and
+    never changes one it handed to a write, so a record found here reads as its text).
+    Holds at most ``size`` texts of at most ``largest`` characters each."""
+
+    def __init__(self, size: int = 4096, largest: int = 1024) -> None:
+        self._size = size
+        self._largest = largest
+        self._texts: dict[int, tuple[StepRecord, str]] = {}
+
+    def text(self, step: StepRecord) -> str:
+        """``step_to_text(step)``, made once per record while it is held."""
+        held = self._texts.get(id(step))
+        if held is not None and held[0] is step:
+            return held[1]
+        text = step_to_text(step)
+        if len(text) <= self._largest:
+            # Held with its record, so the id is not reused while the text is kept.
+            self._texts[id(step)] = (step, text)
+            if len(self._texts) > self._size:
+                del self._texts[next(iter(self._texts))]  # the oldest
+        return text
+
+
 def _entry(entry: AttemptEntry, base: int) -> list[Any]:
     out: list[Any] = [entry.attempt, entry.status, to_us(entry.at) - base]
     if entry.started_at is not None or entry.error is not None:

@@ -38,7 +38,7 @@ from pikku_mongo.documents import (
 from pikku_mongo.encoding import dump_value, pack, to_us, unpack
 from pikku_mongo.filters import eq
 from pikku_mongo.journal_pages import beside_writes
-from pikku_mongo.journal_text import step_to_text
+from pikku_mongo.journal_text import RecentTexts
 from pikku_mongo.journal_writes import BESIDE_AT, journal_changes, update_of
 from pikku_mongo.line_index import LineIndex
 from pikku_mongo.op_ids import PassOps, landed_filter, new_op
@@ -69,6 +69,7 @@ class RunOps(DedupOps):
     beside_at: int = BESIDE_AT
     #: The operation ids of this process's passes (see :mod:`pikku_mongo.op_ids`).
     pass_ops: PassOps
+    recent_texts: RecentTexts
 
     # ---- creating and reading ---------------------------------------------------
 
@@ -257,14 +258,15 @@ class RunOps(DedupOps):
             # The outcomes go to their step documents or a journal page in the same
             # command, only if this write lands (pikku_mongo.riding); the journal form
             # is kept for a server found out to serve no such command on this write.
-            texts = [step_to_text(outcome) for outcome in outcomes]
+            texts = [self.recent_texts.text(outcome) for outcome in outcomes]
             journal_set, journal_unset = dict(to_set), dict(to_unset)
             journal_changes(journal_set, journal_unset, outcomes, forget, texts)
             fallback = update_of(journal_set, journal_unset)
             journal_changes(to_set, to_unset, (), forget)
             beside = beside_writes(run_id, outcomes, texts)
         else:
-            journal_changes(to_set, to_unset, outcomes, forget)
+            made = [self.recent_texts.text(outcome) for outcome in outcomes]
+            journal_changes(to_set, to_unset, outcomes, forget, made)
         # Landed, but the run taken over since (a newer pass's writes reuse the ring's
         # slots): the pass is fenced out as if it had not, so it starts no step body for
         # an attempt the newer pass has already counted lost.

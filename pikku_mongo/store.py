@@ -98,6 +98,7 @@ from pikku_mongo.filters import eq
 from pikku_mongo.fork_ops import ForkOps
 from pikku_mongo.indexes import create_indexes
 from pikku_mongo.job_index import JobIndex
+from pikku_mongo.journal_text import RecentTexts
 from pikku_mongo.line_index import LineIndex
 from pikku_mongo.listing import ListingOps, backfill_made
 from pikku_mongo.migrations import migrate
@@ -207,6 +208,7 @@ class MongoStore(
         # guarded upsert created has none of the fields every real document has.
         self.run_writes = Batcher(self.runs, {"workflow": {"$exists": False}}, beside=self.steps)
         self.pass_ops = PassOps()
+        self.recent_texts = RecentTexts()
         self.step_writes = Batcher(self.steps, {"fmt": {"$exists": False}})
         self.dedup_writes = Batcher(self.dedup, {"run_id": {"$exists": False}})
         self.stream_writes = Batcher(

@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 
 from engine_core.records import AttemptEntry, StepRecord, utcnow
-from pikku_mongo.journal_text import long_text, step_from_text, step_to_text
+from pikku_mongo.journal_text import RecentTexts, long_text, step_from_text, step_to_text
 
 NOW = utcnow()
 
@@ -83,3 +83,21 @@ def test_a_typical_outcome_takes_about_half_the_long_form() -> None:
     typical = _steps()[1]
     typical.result = None
     assert len(step_to_text(typical)) < 0.6 * len(long_text(typical))
+
+
+def test_recent_texts_make_each_records_text_once_and_stay_bounded() -> None:
+    """A page sends its entries' texts as journaled; a new record of the same step (the
+    engine makes one per change) gets its own text; big texts and old ones are not held."""
+    texts = RecentTexts(size=2, largest=300)
+    first = _steps()[1]
+    made = texts.text(first)
+    assert made == step_to_text(first)
+    assert texts.text(first) is made  # held: not made again
+    changed = StepRecord(**{**first.__dict__, "attempts": 2, "history": list(first.history)})
+    assert texts.text(changed) == step_to_text(changed) != made
+    big = StepRecord(**{**first.__dict__, "result": "x" * 400})
+    assert texts.text(big) is not texts.text(big)  # over ``largest``: never held
+    third = StepRecord(**{**first.__dict__, "key": "other"})
+    texts.text(third)  # a third text held: the oldest (``first``'s) goes
+    assert texts.text(first) is not made
+    assert texts.text(first) == made
