@@ -340,9 +340,10 @@ class PassState:
             outcomes = self._with_journal(outcomes, forget)
         kept = {s.key for s in outcomes}
         # An outcome replaces its key's entry in the journal, or, written to its step
-        # record instead (``journal.journals``), drops that entry: the entry would hide
-        # the record from readers.
-        return outcomes, done, (forget - kept) | (kept & self._journal.keys())
+        # record instead (``journal.journals``), drops that entry, which would hide the
+        # record from readers; also one a write given back (in ``sizes``) may have left.
+        dropped = {k for k in kept if k in self._journal or k in sizes}
+        return outcomes, done, (forget - kept) | dropped
 
     def _with_journal(self, outcomes: list[StepRecord], forget: set[str]) -> list[StepRecord]:
         """``outcomes``, and the journal's entries with them when the store would then

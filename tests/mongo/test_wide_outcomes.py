@@ -16,9 +16,11 @@ from bson import BSON
 from pymongo import monitoring
 
 from engine_core import Engine, StepFailedError, WorkflowContext, current_step
+from engine_core.errors import StoreUnavailableError
 from engine_core.journal import JOURNAL_BYTES
 from engine_core.values import MAX_VALUE_BYTES
 from pikku_mongo import MongoStore
+from pikku_mongo.journal_text import step_from_text
 from tests.conftest import with_database
 
 WIDTH = 300
@@ -100,7 +102,10 @@ async def test_a_wide_fan_out_records_every_outcome(nx_uri: str) -> None:
     assert max(sizes.commands) < MAX_MESSAGE
     assert sizes.largest < MAX_DOCUMENT
     raw = await store.runs.find_one({})
-    assert raw is not None and len(BSON.encode(raw)) < JOURNAL_BYTES + 64 * 1024
+    assert raw is not None
+    fields = {f: len(BSON.encode({f: v})) for f, v in raw.items()}
+    entries = len(raw.get("journal") or {})
+    assert len(BSON.encode(raw)) < JOURNAL_BYTES + 64 * 1024, (entries, fields)
     await store.close()
 
     # Another process replays the run from what was stored: every result is there, and
@@ -174,4 +179,51 @@ async def test_an_outcome_the_store_cannot_keep_fails_its_step(nx_uri: str) -> N
     step = status.steps["big"]
     assert step.status == "failed" and step.attempts == failures + 1 and step.result is None
     assert step.error is not None and step.error["type"] == "DocumentTooLargeError"
+    await store.close()
+
+
+async def test_outcomes_a_failed_write_may_have_left_in_the_journal_leave_it(
+    nx_uri: str,
+) -> None:
+    """A background write journals 15 outcomes and lands, but its caller is told it
+    failed (its reply lost, the retries given up): the outcomes are given back, and the
+    write that carries them again, to their step records with 15 more, drops them from
+    the run's journal. (Before, they stayed there uncounted and the journal could grow
+    past its room: the wide fan-out above failed so, once, under load.)"""
+    store = _store(nx_uri, f"wo_{uuid.uuid4().hex[:10]}")
+    real = store.record_steps
+    failed: list[int] = []
+
+    async def record_steps(run_id: str, **kwargs: Any) -> bool:
+        landed = await real(run_id, **kwargs)
+        if not failed and 0 < len(kwargs["outcomes"]) < store.beside_at:
+            failed.append(len(kwargs["outcomes"]))
+            raise StoreUnavailableError("the reply was lost (the test)")
+        return landed
+
+    store.record_steps = record_steps  # type: ignore[method-assign]
+    engine = Engine(store)
+
+    async def step(i: int) -> int:
+        if i >= 15:
+            await asyncio.sleep(0.2)  # the first 15 are carried alone
+        return i
+
+    @engine.workflow("halves")
+    async def halves(ctx: WorkflowContext, data: Any) -> int:
+        await asyncio.gather(*(ctx.step(f"g{i}", step, i) for i in range(30)))
+        await ctx.step("after", step, 0)
+        return 1
+
+    async with engine:
+        run_id = await engine.start("halves")
+        assert await engine.result(run_id, timeout=30) == 1
+    assert failed == [15]
+    raw = await store.runs.find_one({"_id": run_id})
+    assert raw is not None
+    left = [step_from_text(run_id, t).key for t in (raw.get("journal") or {}).values()]
+    assert not [k for k in left if k.startswith("g")], left
+    status = await Engine(store).status(run_id)
+    assert all(status.steps[f"g{i}"].result == i for i in range(30))
+    await store.database.client.drop_database(store.database.name)
     await store.close()
