@@ -254,19 +254,18 @@ class RunOps(DedupOps):
         }
         beside: list[tuple[Doc, Doc]] = []
         fallback = None
+        texts = [self.recent_texts.text(outcome) for outcome in outcomes]
         if not self.journals_outcomes(outcomes):
             # The outcomes go to their step documents or a journal page in the same
             # command, only if this write lands (pikku_mongo.riding); the journal form
             # is kept for a server found out to serve no such command on this write.
-            texts = [self.recent_texts.text(outcome) for outcome in outcomes]
             journal_set, journal_unset = dict(to_set), dict(to_unset)
             journal_changes(journal_set, journal_unset, outcomes, forget, texts)
             fallback = update_of(journal_set, journal_unset)
             journal_changes(to_set, to_unset, (), forget)
             beside = beside_writes(run_id, outcomes, texts)
         else:
-            made = [self.recent_texts.text(outcome) for outcome in outcomes]
-            journal_changes(to_set, to_unset, outcomes, forget, made)
+            journal_changes(to_set, to_unset, outcomes, forget, texts)
         # Landed, but the run taken over since (a newer pass's writes reuse the ring's
         # slots): the pass is fenced out as if it had not, so it starts no step body for
         # an attempt the newer pass has already counted lost.
