@@ -277,9 +277,6 @@ class Host:
         if run.queue is not None:
             self.joined_line(run.queue)  # a slot may have freed
 
-    def drive_ended(self, run_id: str) -> None:
-        self.waiters.let_go(run_id)
-
     def reentered(self, run: RunRecord) -> None:
         if self._serving and run.deadline_at is not None:
             self.run_timers.arm(run)

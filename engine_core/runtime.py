@@ -176,9 +176,6 @@ class Runtime(Protocol):
         """``run`` reached a terminal status in this process: wake its waiters (and its
         queue's admitter: a slot may have freed)."""
 
-    def drive_ended(self, run_id: str) -> None:
-        """This process stopped driving the run: its waiters here look at it now."""
-
     def reentered(self, run: RunRecord) -> None:
         """``run`` went live again (a retry): arm its deadline here, and tell its
         queue's admitter (a ``queued`` run) or drive it (while serving)."""

@@ -116,18 +116,11 @@ class RunWaiters:
                 continue
             delay = min(delay * 2, POLL_MAX_S)
 
-    def let_go(self, run_id: str) -> None:
-        """This process no longer drives the run: if it is awaited, look at it now (it
-        may have ended before its waiter came, or park to end elsewhere)."""
-        if run_id in self._futures:
-            self._new.add(run_id)
-            self.hint()
-
     async def _read(self, new: set[str]) -> list[RunRecord]:
         """The awaited runs that ended; fails the waiters of ``new`` runs that do not exist.
-        A run this process drives is not read: it exists, its end here wakes its
-        waiters, and :meth:`let_go` looks when the drive ends (a run started here and
-        awaited costs no read)."""
+        A run this process drives is not read: it exists, and its end here wakes its
+        waiters (a run started here and awaited costs no read); once the drive lets it
+        go (parked, or ended just before its waiter came) it is among the runs polled."""
         new = {r for r in new if not self._local(r)}
         if new:
             found = {r.run_id: r for r in await self.store.get_runs(sorted(new))}

@@ -96,7 +96,6 @@ class Driver:
     def _let_go(self, run_id: str) -> None:
         self._driving.discard(run_id)
         self._again.discard(run_id)
-        self.runtime.drive_ended(run_id)
         handed = self._handed.pop(run_id, None)
         if handed is not None:  # the drive ended (broken or cancelled) before taking it
             self.spawn(run_id, adopted=handed)
