@@ -3,6 +3,9 @@ message never makes a step or a run too large to record."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -15,8 +18,9 @@ from engine_core import (
     WorkflowContext,
     current_step,
 )
-from engine_core.journal import merged
+from engine_core.journal import JOURNAL_BYTES, merged
 from engine_core.memory import InMemoryStore
+from engine_core.records import StepRecord
 from engine_core.run.journal_room import journal_room, outcome_size
 from engine_core.values import stored_size
 
@@ -133,3 +137,57 @@ async def test_an_output_that_leaves_the_journal_no_room_keeps_every_outcome() -
     steps = merged(run, saved)
     assert sorted(steps) == sorted(f"s{i}" for i in range(16))
     assert all(s.status == "succeeded" and s.result == result for s in steps.values())
+
+
+async def test_a_step_cancelled_while_outcomes_move_keeps_a_siblings_room() -> None:
+    """The body gives up on a step (a timeout) while its start moves an outcome that no
+    longer fits to its step record; a sibling's outcome was journaled meanwhile. The
+    journal's count keeps the sibling's entry, so the outcomes that follow still keep
+    the run's journal within its room. (Before, the cancelled start put back the count
+    it had begun from, and the journal grew past its room by the sibling's entry.)"""
+    store = InMemoryStore()
+    engine = Engine(store)
+    large = "r" * 64_500  # sixteen of them nearly fill the journal's room
+    moving = asyncio.Event()
+    save_steps = store.save_steps
+
+    async def slow_save_steps(steps: Sequence[StepRecord]) -> None:
+        if not moving.is_set() and any(s.key == "s16" for s in steps):
+            moving.set()
+            await asyncio.sleep(10)  # cancelled by the body's timeout
+        await save_steps(steps)
+
+    store.save_steps = slow_save_steps  # type: ignore[method-assign]
+
+    async def big() -> str:
+        return large
+
+    async def sibling() -> str:
+        await moving.wait()
+        return "y" * 10_000  # fits in what the journal has left
+
+    async def last() -> str:
+        return "z" * 5_000  # fits only if the sibling's entry is not counted
+
+    async def in_turn(ctx: WorkflowContext) -> None:
+        for i in range(17):  # the seventeenth no longer fits: the next start moves it
+            await ctx.step(f"s{i}", big)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(0.5):
+                await ctx.step("x", big)
+        await ctx.step("z", last)
+
+    @engine.workflow("w")
+    async def w(ctx: WorkflowContext, data: Any) -> str:
+        await asyncio.gather(ctx.step("y", sibling), in_turn(ctx))
+        return "ok"
+
+    async with engine:
+        run_id = await engine.start("w")
+        assert await engine.result(run_id, timeout=60) == "ok"
+    run = await store.get_run(run_id)
+    assert run is not None and "y" in run.journal
+    kept = sum(outcome_size(s) for s in run.journal.values())
+    assert kept <= journal_room(stored_size(None) + stored_size("ok")), kept - JOURNAL_BYTES
+    steps = merged(run, await store.get_steps(run_id, ["s16", "z"]))
+    assert steps["s16"].result == large and steps["z"].result == "z" * 5_000

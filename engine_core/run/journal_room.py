@@ -23,6 +23,20 @@ def journal_room(beside: int) -> int:
     return max(0, min(JOURNAL_BYTES, RECORD_ROOM - beside))
 
 
+def count_again(sizes: dict[str, int], before: dict[str, int]) -> int:
+    """After a take from the journal's room failed: count in ``sizes`` again what it
+    dropped of ``before``, its count when it began, and return what the total grows by.
+    What was taken since keeps its reservation (counting an outcome given back until it
+    is taken again only sends more outcomes to their step records: safe)."""
+    grown = 0
+    for key, size in before.items():
+        now = sizes.get(key, 0)
+        if now < size:
+            sizes[key] = size
+            grown += size - now
+    return grown
+
+
 def kept_in_journal(step: StepRecord) -> bool:
     """Whether an outcome may stay in the run's journal once the pass ends: a finished
     inline step. Anything else (a wake of a sleep or an event, a retry waiting out its

@@ -46,7 +46,7 @@ from engine_core.outages import StoreDown
 from engine_core.records import RunRecord, RunState, StepRecord, utcnow
 from engine_core.run.control import RunControl
 from engine_core.run.divergence import Diverged, ReplayChecks
-from engine_core.run.journal_room import journal_room, kept_in_journal, outcome_size
+from engine_core.run.journal_room import count_again, journal_room, kept_in_journal, outcome_size
 from engine_core.run.keys import step_key
 from engine_core.run.transitions import Transition
 from engine_core.runtime import Runtime
@@ -298,7 +298,6 @@ class PassState:
         pending, done, forget = self._pending, self._done, self._forget
         self._pending, self._done, self._forget = {}, set(), set()
         sizes, total = self._sizes, self._total
-        before = total
         try:
             room = journal_room(self._input_size + (stored_size(*beside) if beside else 0))
             # What stays in the journal from before this write (copied at C speed: this
@@ -332,7 +331,8 @@ class PassState:
                     if step.key in pending:  # new here: the mirror has not seen it yet
                         await mirror_step(self.runtime.mirror, step)
         except BaseException:
-            self._sizes, self._total = sizes, before
+            # Not the count this began from: a write taken meanwhile keeps its reservation.
+            self._total += count_again(self._sizes, sizes)
             self._give_back(list(pending.values()), done, forget)
             raise
         forget |= {s.key for s in moved if s.key in self._journal or s.key in sizes}
