@@ -17,6 +17,7 @@ import io
 import pstats
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,15 +62,23 @@ def _own_bucket(func: Func) -> str | None:
     return None
 
 
-def attribute(raw: dict[Func, Any]) -> dict[str, float]:
-    """Own time per bucket; a builtin's or a stdlib function's own time is shared among
-    its callers (by the time it spent for each) up to the first caller with a bucket."""
+def attribute(
+    raw: dict[Func, Any],
+    own_bucket: Callable[[Func], str | None] | None = None,
+    buckets: Sequence[str] = BUCKETS,
+    other: str = OTHER,
+) -> dict[str, float]:
+    """Own time per bucket (``own_bucket``: a function's own bucket, None for one whose
+    time goes to its callers; this module's by default); a builtin's or a stdlib
+    function's own time is shared among its callers (by the time it spent for each) up
+    to the first caller with a bucket."""
+    own_of = own_bucket or _own_bucket
     memo: dict[Func, dict[str, float]] = {}
 
     def shares(func: Func, seen: frozenset[Func]) -> dict[str, float]:
         if func in memo:
             return memo[func]
-        own = _own_bucket(func)
+        own = own_of(func)
         if own is not None:
             result = {own: 1.0}
         else:
@@ -77,7 +86,7 @@ def attribute(raw: dict[Func, Any]) -> dict[str, float]:
             weights = {c: float(v[2]) for c, v in callers.items() if c not in seen}
             total = sum(weights.values())
             if not callers or total <= 0:
-                result = {OTHER: 1.0}
+                result = {other: 1.0}
             else:
                 result = {}
                 for caller, weight in weights.items():
@@ -86,11 +95,11 @@ def attribute(raw: dict[Func, Any]) -> dict[str, float]:
         memo[func] = result
         return result
 
-    buckets = dict.fromkeys(BUCKETS, 0.0)
+    totals = dict.fromkeys(buckets, 0.0)
     for func, (_cc, _calls, own, _cum, _callers) in raw.items():
         for bucket, part in shares(func, frozenset({func})).items():
-            buckets[bucket] += own * part
-    return buckets
+            totals[bucket] += own * part
+    return totals
 
 
 @dataclass
