@@ -31,7 +31,15 @@ from typing import Any
 
 from benchmarks import floor, ours
 from benchmarks.common import Measurement
-from benchmarks.profile_w1 import Func, attribute
+from benchmarks.profile_w1 import (
+    Func,
+    attribute,
+    builtin,
+    classifier,
+    in_asyncio,
+    in_file,
+    waiting,
+)
 
 WAITING = "waiting for a command (event loop idle in epoll)"
 SQLITE = "SQLite statements (the document's JSON edits, index upkeep)"
@@ -65,23 +73,17 @@ sys.exit(main())
 """
 
 
-def _own_bucket(func: Func) -> str | None:
-    filename, _, name = func
-    if "epoll" in name and "poll" in name:
-        return WAITING
-    if filename == "~" and ("sqlite3" in name or "execute" in name or "fetch" in name):
-        return SQLITE
-    if filename == "~" and "socket" in name:
-        return SOCKET
-    if "/json/" in filename or "json_helpers" in filename:
-        return DECODE
-    if "/neosqlite/" in filename:
-        return TRANSLATE
-    if "/nx_27017/" in filename or "/bson/" in filename:
-        return WIRE
-    if "/asyncio/" in filename or filename.endswith("selectors.py"):
-        return ASYNCIO
-    return None
+_own_bucket = classifier(
+    [
+        (waiting, WAITING),
+        (builtin("sqlite3", "execute", "fetch"), SQLITE),
+        (builtin("socket"), SOCKET),
+        (in_file("/json/", "json_helpers"), DECODE),
+        (in_file("/neosqlite/"), TRANSLATE),
+        (in_file("/nx_27017/", "/bson/"), WIRE),
+        (in_asyncio, ASYNCIO),
+    ]
+)
 
 
 @dataclass

@@ -39,27 +39,53 @@ BUCKETS = [WAITING, SOCKET, PYMONGO, STORE, RETRY, ENGINE, ASYNCIO, BENCH, OTHER
 Func = tuple[str, int, str]
 
 
-def _own_bucket(func: Func) -> str | None:
-    """The bucket a function's own time belongs to, or None for builtins and the
-    stdlib, whose time goes to whoever called them."""
-    filename, _, name = func
-    if "epoll" in name and "poll" in name:
-        return WAITING
-    if filename == "~" and "socket" in name:
-        return SOCKET
-    if "/pymongo/" in filename or "/bson/" in filename:
-        return PYMONGO
-    if "/pikku_mongo/" in filename:
-        return STORE
-    if "/tenacity/" in filename:
-        return RETRY
-    if "/engine_core/" in filename:
-        return ENGINE
-    if "/benchmarks/" in filename:
-        return BENCH
-    if "/asyncio/" in filename or filename.endswith("selectors.py"):
-        return ASYNCIO
-    return None
+Test = Callable[[str, str], bool]  # (filename, function name) -> whether it holds
+
+
+def waiting(filename: str, name: str) -> bool:
+    return "epoll" in name and "poll" in name
+
+
+def builtin(*words: str) -> Test:
+    """A builtin (cProfile's ``~`` file) whose name holds one of ``words``."""
+    return lambda filename, name: filename == "~" and any(w in name for w in words)
+
+
+def in_file(*parts: str) -> Test:
+    """A function whose file's path holds one of ``parts``."""
+    return lambda filename, _name: any(p in filename for p in parts)
+
+
+def in_asyncio(filename: str, _name: str) -> bool:
+    return "/asyncio/" in filename or filename.endswith("selectors.py")
+
+
+def classifier(rules: Sequence[tuple[Test, str]]) -> Callable[[Func], str | None]:
+    """A function's own bucket: that of the first rule it meets, or None (builtins and
+    the stdlib), whose time goes to whoever called it."""
+
+    def own(func: Func) -> str | None:
+        filename, _, name = func
+        for test, bucket in rules:
+            if test(filename, name):
+                return bucket
+        return None
+
+    return own
+
+
+_own_bucket = classifier(
+    [
+        (waiting, WAITING),
+        (builtin("socket"), SOCKET),
+        (in_file("/pymongo/", "/bson/"), PYMONGO),
+        (in_file("/pikku_mongo/"), STORE),
+        (in_file("/tenacity/"), RETRY),
+        (in_file("/engine_core/"), ENGINE),
+        (in_file("/benchmarks/"), BENCH),
+        (in_asyncio, ASYNCIO),
+    ]
+)
 
 
 def attribute(
