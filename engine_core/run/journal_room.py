@@ -26,8 +26,9 @@ def journal_room(beside: int) -> int:
 def count_again(sizes: dict[str, int], before: dict[str, int]) -> int:
     """After a take from the journal's room failed: count in ``sizes`` again what it
     dropped of ``before``, its count when it began, and return what the total grows by.
-    What was taken since keeps its reservation (counting an outcome given back until it
-    is taken again only sends more outcomes to their step records: safe)."""
+    What was taken since keeps its reservation. Counting too much (an outcome given
+    back, until it is taken again; an entry a write taken meanwhile dropped) only sends
+    more outcomes to their step records: safe, where counting too little is not."""
     grown = 0
     for key, size in before.items():
         now = sizes.get(key, 0)
