@@ -36,6 +36,7 @@ from benchmarks.profile_w1 import (
     attribute,
     builtin,
     classifier,
+    function_label,
     in_asyncio,
     in_file,
     waiting,
@@ -106,7 +107,7 @@ def _profile(stats_path: Path, name: str, writes: int) -> ServerProfile:
         int(v[1]) for f, v in raw.items() if f[0] == "~" and "execute" in f[2] and "sqlite" in f[2]
     )
     rows = [
-        (f"{Path(f[0]).name}:{f[1]}({f[2]})" if f[0] != "~" else f[2], v[2] / writes * 1e6)
+        (function_label(f), v[2] / writes * 1e6)
         for f, v in raw.items()
         if _own_bucket(f) != WAITING
     ]

@@ -90,21 +90,20 @@ _own_bucket = classifier(
 
 def attribute(
     raw: dict[Func, Any],
-    own_bucket: Callable[[Func], str | None] | None = None,
+    own_bucket: Callable[[Func], str | None] = _own_bucket,
     buckets: Sequence[str] = BUCKETS,
     other: str = OTHER,
 ) -> dict[str, float]:
     """Own time per bucket (``own_bucket``: a function's own bucket, None for one whose
-    time goes to its callers; this module's by default); a builtin's or a stdlib
-    function's own time is shared among its callers (by the time it spent for each) up
-    to the first caller with a bucket."""
-    own_of = own_bucket or _own_bucket
+    time goes to its callers); a builtin's or a stdlib function's own time is shared
+    among its callers (by the time it spent for each) up to the first caller with a
+    bucket."""
     memo: dict[Func, dict[str, float]] = {}
 
     def shares(func: Func, seen: frozenset[Func]) -> dict[str, float]:
         if func in memo:
             return memo[func]
-        own = own_of(func)
+        own = own_bucket(func)
         if own is not None:
             result = {own: 1.0}
         else:
@@ -141,7 +140,8 @@ class Profile:
         return seconds / self.steps * 1e6
 
 
-def _label(func: Func) -> str:
+def function_label(func: Func) -> str:
+    """``file:line(name)`` with the file's last two path parts; a builtin's name."""
     filename, line, name = func
     if filename == "~":
         return name
@@ -169,7 +169,7 @@ async def profile_w1(uri: str, runs: int, steps: int = 10) -> Profile:
     stats = pstats.Stats(profiler)
     raw: dict[Any, Any] = stats.stats  # type: ignore[attr-defined]
     buckets = attribute(raw)
-    rows = [(_label(func), v[2], int(v[1])) for func, v in raw.items()]
+    rows = [(function_label(func), v[2], int(v[1])) for func, v in raw.items()]
     rows.sort(key=lambda r: r[1], reverse=True)
     text = io.StringIO()
     pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(40)
