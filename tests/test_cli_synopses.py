@@ -6,7 +6,8 @@ and it shows no more positional arguments than the command takes.
 A command line is a line of a fenced block other than Python (``$ `` prompts and
 environment assignments before the command allowed) that starts with ``pikku-mongo``;
 indented lines after it that start with ``[`` continue it. Brackets mark what is
-optional, ``a|b|c`` in an option's value lists choices, ``a|b`` in a command's place
+optional, ``a|b|c`` in an option's value lists choices (a value in capitals stands for
+any value), ``a|b`` in a command's place
 names several commands, and `` | `` between whole forms gives another form of the same
 command (``schedules list | pause NAME``: the second form is ``schedules pause NAME``).
 The help is the real one, from the installed ``pikku-mongo`` entry point.
@@ -30,6 +31,8 @@ from tests.test_examples import BLOCKS, Block
 
 PROMPT = re.compile(r"^\$\s+")
 ENV = re.compile(r"""^(?:[A-Z_][A-Z0-9_]*=(?:\$\([^)]*\)|'[^']*'|"[^"]*"|\S+)\s+)+""")
+#: A value that stands for any value (``--order O``, ``--app MODULE:ATTR``).
+PLACEHOLDER = re.compile(r"^[A-Z][A-Z0-9_:]*$")
 OPTION_LINE = re.compile(r"^  (?:-\w, )?(?P<name>--[\w-]+)(?:[ =](?P<value>\S+))?")
 
 
@@ -153,7 +156,7 @@ def check(tokens: list[str], path: tuple[str, ...] = ()) -> list[str]:
                 value = tokens[i + 1] if i + 1 < len(tokens) else ""
                 i += 1
             choices = helped.options.get(name)
-            if choices and value:
+            if choices and value and not PLACEHOLDER.match(value):
                 problems += [
                     f"pikku-mongo {' '.join(path)} {name}: {v!r} is not one of {choices}"
                     for v in value.split("|")
@@ -224,6 +227,13 @@ def test_a_command_line_matches_the_help(block: Block, synopsis: str) -> None:
 )
 def test_a_wrong_command_line_is_caught(synopsis: str, wrong: str) -> None:
     assert any(wrong in problem for problem in check_synopsis(synopsis))
+
+
+def test_placeholders_and_alternatives_are_read_as_the_docs_mean_them() -> None:
+    assert not check_synopsis("pikku-mongo runs list [--order O] [--status S] [--limit N]")
+    assert not check_synopsis("pikku-mongo --uri URI runs show RUN_ID")
+    assert not check_synopsis("pikku-mongo runs suspend RUN_ID | runs resume RUN_ID")
+    assert not check_synopsis("pikku-mongo schedules list | pause NAME | trigger NAME")
 
 
 def test_an_uncommented_continuation_joins_its_command() -> None:
