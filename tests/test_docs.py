@@ -17,7 +17,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 #: Folders that are not the repository's own text: tools, caches, built files.
-NOT_OURS = {".git", ".venv", ".cache", "site", "build", "dist", "node_modules", "out"}
+NOT_OURS = {
+    ".git",
+    ".venv",
+    ".cache",
+    ".hypothesis",
+    "site",
+    "build",
+    "dist",
+    "node_modules",
+    "out",
+}
 #: A citation of a design document: its name in capitals (as in "see the <name> 3d"),
 #: or the words themselves.
 CITATION = re.compile(r"\b" + "DES" + r"IGN\b|(?i:\bdesign[ -]doc)")
