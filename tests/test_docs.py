@@ -10,6 +10,7 @@ lines are checked in ``tests/test_cli_synopses.py``.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import re
 from pathlib import Path
@@ -38,8 +39,9 @@ FILE = re.compile(r"`((?:[\w.-]+/)+[\w.-]+\.(?:py|sh|md|toml|yml|png))`")
 README_MAX_LINES = 260
 
 
-def _our_text_files() -> list[Path]:
-    found = []
+def _our_text_files() -> dict[Path, str]:
+    """Every text file of the repository (not its tools, caches or built files)."""
+    found = {}
     for path in sorted(ROOT.rglob("*")):
         parts = path.relative_to(ROOT).parts
         if not path.is_file() or any(
@@ -47,11 +49,9 @@ def _our_text_files() -> list[Path]:
             for p in parts
         ):
             continue
-        try:
-            found.append((path, path.read_text()))
-        except UnicodeDecodeError:  # images and other binary files
-            continue
-    return [path for path, _ in found]
+        with contextlib.suppress(UnicodeDecodeError):  # images and other binary files
+            found[path] = path.read_text()
+    return found
 
 
 def test_no_file_cites_a_design_document_outside_the_repository() -> None:
@@ -59,9 +59,9 @@ def test_no_file_cites_a_design_document_outside_the_repository() -> None:
     assert any(p.name == "store.py" for p in files)  # the walk found the code
     cited = [
         f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
-        for path in files
+        for path, text in files.items()
         if path != Path(__file__).resolve()  # this file names what it looks for
-        for number, line in enumerate(path.read_text().splitlines(), 1)
+        for number, line in enumerate(text.splitlines(), 1)
         if CITATION.search(line)
     ]
     assert not cited, "point to a page of docs/ instead:\n" + "\n".join(cited)
