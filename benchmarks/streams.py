@@ -1,4 +1,4 @@
-"""T1: streams (DESIGN 3g) on MongoStore.
+"""T1: streams (docs/guides/streams.md) on MongoStore.
 
 * ``ride``: the write commands a workflow of ``steps`` steps sends with one body stream
   write before each step, less those of the same workflow without them, per write

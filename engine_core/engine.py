@@ -95,7 +95,7 @@ class Engine(ScheduleApi, RepairApi):
             store_timeout=store_timeout,
         )
         self._host = Host(store, self.config, mirror)
-        #: Drive only runs of the versions this process registers (DESIGN 3d).
+        #: Drive only runs of the versions this process registers (docs/guides/changing-code.md).
         self._host.pin_versions = bool(pin_versions)
         self._control = self._host.control
         self._host.start_run = self._start_scheduled
@@ -330,7 +330,7 @@ class Engine(ScheduleApi, RepairApi):
         complete, TimeoutError past ``timeout`` seconds, and StoreUnavailableError when
         the store has not answered for ``store_timeout`` seconds of the wait.
         """
-        # No read first: the waiters read the awaited runs together (DESIGN 7), so a
+        # No read first: the waiters read the awaited runs together (docs/guides/mongodb.md), so a
         # result costs no command of its own.
         check_run_id(run_id)
         try:

@@ -1,4 +1,4 @@
-"""The engine's metrics, through the OpenTelemetry metrics API only (DESIGN 3f).
+"""The engine's metrics, through the OpenTelemetry metrics API only (docs/guides/observability.md).
 
 Without an SDK configured nothing is recorded: every hook returns after one check of a
 flag. No data point ever carries a run id (that would make one time series per run);
@@ -47,7 +47,8 @@ class Tally:
 
 
 class Instruments:
-    """The instruments of DESIGN 3f, from one meter; the counters are :class:`Tally`."""
+    """The instruments listed in docs/guides/observability.md, from one meter; the
+    counters are :class:`Tally`."""
 
     def __init__(self, provider: MeterProvider | None) -> None:
         meter = otel.get_meter("engine_core", meter_provider=provider)

@@ -1,4 +1,4 @@
-"""The repair half of the engine's API (DESIGN 3d): fork a run from a step, and fork,
+"""The repair half of the engine's API (docs/guides/repair.md): fork a run from a step, and fork,
 cancel or retry many runs at once. A mixin of :class:`Engine`, kept apart so the facade
 stays one screen per concern."""
 

@@ -1,4 +1,4 @@
-"""The schedule half of the engine's API (DESIGN 3 and 3c): stored schedules a process
+"""The schedule half of the engine's API (docs/guides/schedules.md): stored schedules a process
 creates and steers, and schedules declared in code. A mixin of :class:`Engine`, kept
 apart so the facade stays one screen per concern."""
 

@@ -414,7 +414,7 @@ class Store(Protocol):
         that name, marked consumed by ``consumer`` (atomically; two consumers never
         take one event). None when there is none."""
 
-    # ---- streams (DESIGN 3g; see engine_core.streams) ---------------------------
+    # ---- streams (docs/guides/streams.md; engine_core.streams) -----------------
 
     async def append_stream(self, entry: StreamEntry) -> StreamEntry | None:
         """Insert ``entry`` at its stream position unless taken: None when this call

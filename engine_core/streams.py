@@ -1,4 +1,4 @@
-"""Streams: ordered entries a run writes while it works (DESIGN 3g).
+"""Streams: ordered entries a run writes while it works (docs/guides/streams.md).
 
 An entry is a record of its own in the store (never inside the run or a step), addressed
 by (run id, stream key, position). Positions start at 0 and have no gaps. A workflow

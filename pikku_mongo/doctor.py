@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from pikku_mongo.store import MongoStore
 
 Status = Literal["ok", "warn", "fail"]
-#: The oldest MongoDB the store is built for (DESIGN: portability).
+#: The oldest MongoDB the store is built for (docs/guides/mongodb.md, Portability).
 MIN_VERSION = (5, 0)
 
 

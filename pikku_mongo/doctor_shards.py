@@ -1,4 +1,4 @@
-"""``doctor``'s sharding checks and ``pikku-mongo shard-plan`` (DESIGN.md 7b).
+"""``doctor``'s sharding checks and ``pikku-mongo shard-plan`` (docs/guides/sharding.md).
 
 * ``storage format``: the database is at this version's format (the migration that moves
   the dedup guarantee off its unique index must run before sharding);

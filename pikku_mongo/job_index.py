@@ -1,6 +1,6 @@
 """Targeted polling: an index of claimable queue jobs in an unsharded collection.
 
-On a sharded cluster (DESIGN.md 7b) ``steps`` is sharded on ``{run_id: "hashed"}``, so a
+On a sharded cluster (docs/guides/sharding.md) ``steps`` is sharded on ``{run_id: "hashed"}``, so a
 worker's poll for due jobs by status and due time names no shard key and goes to every
 shard, at every poll of every process. With targeted polling on, the store keeps one
 small document per claimable job in ``jobs`` (left unsharded: it lives on the primary

@@ -13,7 +13,7 @@ Format 2 (pikku-mongo 0.2):
 * run documents hold their own lease (``lease_us``, free at 0), a ``journal`` and a
   ``changed`` map; older ones get a free lease.
 
-Format 3 (sharding, DESIGN.md 7b): the dedup guarantee moves from the unique sparse
+Format 3 (docs/guides/sharding.md): the dedup guarantee moves from the unique sparse
 index on ``runs.dedup`` to the ``dedup`` collection (see
 :mod:`pikku_mongo.dedup_ops`): each live run holding a dedup id gets its claim, then the
 index is dropped. Run it (``pikku-mongo init``) before sharding: MongoDB refuses to shard

@@ -1,7 +1,7 @@
 """The check that polls read sharded collections by shard key only (targeted polling).
 
 A worker polls for due jobs and an admitter reads its queue's line at every turn of
-every process; on a sharded cluster (DESIGN.md 7b) a read of a sharded collection that
+every process; on a sharded cluster (docs/guides/sharding.md) a read of a sharded collection that
 names no shard key by equality (or ``$in`` of values: mongos targets each) goes to
 every shard each time. Recovery sweeps may (one process at a time, under the recovery
 lease). No sharded server runs here, so the tests mark the store methods a poll calls

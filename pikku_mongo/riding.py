@@ -1,4 +1,4 @@
-"""Writes riding a run write (DESIGN 3g, 7): one command for all of them.
+"""Writes riding a run write (docs/guides/mongodb.md, the hot path): one command for all of them.
 
 Two kinds of writes ride the ``runs`` group commit (:mod:`pikku_mongo.batcher`) in one
 client-level ``bulkWrite`` (MongoDB 8.0+, and nx-27017):

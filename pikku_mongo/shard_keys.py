@@ -1,6 +1,6 @@
 """The shard key of each collection, the filters that carry it, and the check that they do.
 
-On a sharded cluster (DESIGN.md 7b) ``runs`` and ``dedup`` are sharded on
+On a sharded cluster (docs/guides/sharding.md) ``runs`` and ``dedup`` are sharded on
 ``{_id: "hashed"}``, ``steps``, ``events``, ``streams`` and ``heartbeats`` on
 ``{run_id: "hashed"}``; ``leases``,
 ``queues``, ``queue_limits``, ``schedules``, ``workers``, ``forks`` (markers of forks

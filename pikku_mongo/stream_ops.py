@@ -1,4 +1,4 @@
-"""``MongoStore``'s streams (DESIGN 3g): collections ``streams`` and ``heartbeats``.
+"""``MongoStore``'s streams (docs/guides/streams.md): collections ``streams`` and ``heartbeats``.
 
 A stream entry is a document of its own, ``_id`` = packed run id, key and a zero-padded
 position (so one stream's entries are one ``_id`` range, in order), with ``run_id`` (the

@@ -1,5 +1,6 @@
-"""Divergence detection (DESIGN 3d): a replay that parts from the run's record suspends
-the run with a NonDeterminismError instead of handing a result to the wrong step."""
+"""Divergence detection (docs/guides/changing-code.md): a replay that parts from the run's
+record suspends the run with a NonDeterminismError instead of handing a result to the
+wrong step."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``engine.fork`` (issue 21, DESIGN 3d) on both stores: a new run that reuses the
+"""``engine.fork`` (docs/guides/repair.md) on both stores: a new run that reuses the
 steps the original finished before a step, runs that step and all after it anew, and
 never starts a finished child again."""
 

@@ -1,5 +1,6 @@
-"""The lines a run writes at INFO and WARNING (DESIGN 3f): one per start, end, retry,
-outage start and end, with the run's attributes on the record; none per step."""
+"""The lines a run writes at INFO and WARNING (docs/guides/observability.md): one per
+start, end, retry, outage start and end, with the run's attributes on the record; none
+per step."""
 
 from __future__ import annotations
 

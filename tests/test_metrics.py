@@ -1,4 +1,5 @@
-"""The engine's metrics (DESIGN 3f), read with the OpenTelemetry SDK's in-memory reader."""
+"""The engine's metrics (docs/guides/observability.md), read with the OpenTelemetry SDK's
+in-memory reader."""
 
 from __future__ import annotations
 

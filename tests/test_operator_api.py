@@ -94,7 +94,7 @@ async def test_every_client_call_gives_up_after_store_timeout() -> None:
     calls = {
         "status": lambda: engine.status("r"),
         # ``result`` makes no read of its own (the waiters read the awaited runs
-        # together, DESIGN 7); their reads give up the same way.
+        # together, docs/guides/mongodb.md); their reads give up the same way.
         "result": lambda: engine.result("r", timeout=60),
         "history": lambda: engine.history("r"),
         "send_event": lambda: engine.send_event("r", "go"),

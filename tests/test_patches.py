@@ -1,5 +1,5 @@
-"""``ctx.patched`` / ``ctx.deprecate_patch`` (DESIGN 3d): one body serves runs begun on
-old code and new ones."""
+"""``ctx.patched`` / ``ctx.deprecate_patch`` (docs/guides/changing-code.md): one body
+serves runs begun on old code and new ones."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""``engine.replay_check`` (DESIGN 3d): dry replays of stored runs against this code,
-writing nothing, listing the runs that would diverge and why."""
+"""``engine.replay_check`` (docs/guides/changing-code.md): dry replays of stored runs
+against this code, writing nothing, listing the runs that would diverge and why."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Streams and heartbeats in one process, on both stores (DESIGN 3g)."""
+"""Streams and heartbeats in one process, on both stores (docs/guides/streams.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""``@engine.workflow(name, version=...)`` and ``Engine(pin_versions=True)`` (DESIGN 3d)."""
+"""``@engine.workflow(name, version=...)`` and ``Engine(pin_versions=True)``
+(docs/guides/changing-code.md)."""
 
 from __future__ import annotations
 

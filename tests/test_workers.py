@@ -1,4 +1,4 @@
-"""The registry of serving engines (DESIGN 3f): each records itself while it serves, a
+"""The registry of serving engines (docs/guides/workers.md): each records itself while it serves, a
 client starts any workflow a live worker serves, by name."""
 
 from __future__ import annotations

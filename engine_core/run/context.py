@@ -417,7 +417,7 @@ class WorkflowContext:
     async def patched(self, patch_id: str) -> bool:
         """True on a run that reaches this point on new code (a marker, riding the next
         write, keeps it True on every replay); False on a run whose records show it
-        passed this point on old code. See DESIGN 3d."""
+        passed this point on old code. See docs/guides/changing-code.md."""
         return await self._pass.patched(patch_id)
 
     @_outage_ends_the_pass

@@ -10,7 +10,7 @@ from engine_core.testing.builders import begin, done_step, make_job, make_run
 
 
 class ReplayRecordCases:
-    """What a store must keep for replays to be checked (DESIGN 3d)."""
+    """What a store must keep for replays to be checked (docs/guides/changing-code.md)."""
 
     async def test_a_step_keeps_its_order_and_callable(self, store: Store) -> None:
         job = make_job("run-1", "j", order=3, ran="send-email")

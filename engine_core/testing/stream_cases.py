@@ -1,4 +1,4 @@
-"""Conformance cases for streams and heartbeats (DESIGN 3g)."""
+"""Conformance cases for streams and heartbeats (docs/guides/streams.md)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The dashboard shows a run's ``version=`` label and filters the list by it, and shows a
-divergent run's error (DESIGN 3d)."""
+divergent run's error (docs/guides/changing-code.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Reads that decide something are causally consistent (DESIGN.md 7b, issue 25): after a
+"""Reads that decide something are causally consistent (docs/guides/durability.md): after a
 failover a ``majority`` read could be served from a snapshot without this process's own
 acknowledged write; a causally consistent session makes the read carry
 ``readConcern.afterClusterTime``, and the server waits until its snapshot holds it.

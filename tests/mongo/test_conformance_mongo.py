@@ -2,7 +2,7 @@
 
 Every command of the run goes through a :class:`~pikku_mongo.shard_keys.ShardKeyListener`:
 a single-document write or upsert on a sharded collection whose filter does not carry
-the collection's shard key fails the test that sent it (DESIGN.md 7b: no sharded server
+the collection's shard key fails the test that sent it (docs/guides/sharding.md: no sharded server
 runs here, so this is what keeps the store servable by one). The suite runs again with
 targeted polling forced on (the job index a sharded cluster gets by default: see
 :mod:`pikku_mongo.job_index`)."""

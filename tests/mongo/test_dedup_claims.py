@@ -1,7 +1,7 @@
-"""The dedup guarantee in its own collection (DESIGN.md 7b): a claim orphaned by a process
-killed between the claim and the run's insert is reclaimed; the format 3 migration moves
-live runs' dedup ids into claims and drops the unique index that blocks sharding; a start
-with a dedup id costs at most one command more than one without."""
+"""The dedup guarantee in its own collection (docs/guides/sharding.md): a claim orphaned
+by a process killed between the claim and the run's insert is reclaimed; the format 3
+migration moves live runs' dedup ids into claims and drops the unique index that blocks
+sharding; a start with a dedup id costs at most one command more than one without."""
 
 from __future__ import annotations
 

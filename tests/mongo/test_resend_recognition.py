@@ -1,5 +1,5 @@
 """A run write whose reply is lost, with another write landing on the run before it is
-sent again, still knows that its first try landed (DESIGN.md 7b: past the driver's one
+sent again, still knows that its first try landed (docs/guides/durability.md: past the driver's one
 retryable-write retry, the store's own re-send must recognise its first try).
 
 The write reaches the real server; only its reply is lost, on the client side."""

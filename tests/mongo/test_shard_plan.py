@@ -1,4 +1,4 @@
-"""``doctor``'s sharding checks and ``pikku-mongo shard-plan`` (DESIGN.md 7b). No sharded
+"""``doctor``'s sharding checks and ``pikku-mongo shard-plan`` (docs/guides/sharding.md). No sharded
 server runs here: the shard-key judgement is tested on ``config.collections`` documents
 as a mongos returns them, and the other paths against a real (unsharded) server."""
 

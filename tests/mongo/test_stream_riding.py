@@ -1,4 +1,4 @@
-"""A workflow body's stream writes ride the write of its next step (DESIGN 3g, 7):
+"""A workflow body's stream writes ride the write of its next step (docs/guides/streams.md):
 counted in write commands, on nx-27017 (which serves the client-level bulkWrite) and on
 mongoeco (which does not: there they take one command per boundary)."""
 

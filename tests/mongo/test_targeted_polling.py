@@ -1,8 +1,8 @@
-"""Targeted polling (DESIGN.md 7b, :mod:`pikku_mongo.job_index`, :mod:`pikku_mongo.line_index`):
-a worker's and an admitter's polls read no sharded collection without its shard key; a
-process killed between a job's insert and its index entry, or between its claims and the
-index cleanup, strands no job past one recovery sweep and runs none twice; the setting
-is off by topology on a replica set and checked."""
+"""Targeted polling (docs/guides/sharding.md, :mod:`pikku_mongo.job_index`,
+:mod:`pikku_mongo.line_index`): a worker's and an admitter's polls read no sharded
+collection without its shard key; a process killed between a job's insert and its index
+entry, or between its claims and the index cleanup, strands no job past one recovery
+sweep and runs none twice; the setting is off by topology on a replica set and checked."""
 
 from __future__ import annotations
 
