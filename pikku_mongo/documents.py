@@ -465,6 +465,7 @@ def step_from_doc(doc: Doc) -> StepRecord:
         order=doc.get("order"),
         ran=doc.get("ran"),
         group=doc.get("group"),
+        idempotency_of=unpack_opt(doc.get("idempotency_of")),
     )
 
 
