@@ -43,6 +43,10 @@ class InflightStep:
 
     attempt: int
     started_at: datetime
+    # A step's first attempt has no record yet: its order and batch (as a record would
+    # hold them) are kept here until it has, so a fork can start from it.
+    order: int | None = None
+    group: int | None = None
 
 
 @dataclass
@@ -185,6 +189,9 @@ class StepRecord:
     # ran (see ``engine_core.run.divergence``); None on records older than the check.
     order: int | None = None
     ran: str | None = None
+    # The batch of tasks the body's root created together that the step ran under
+    # (see ``engine_core.run.branches``); None for a step the root itself reached.
+    group: int | None = None
     # A dispatched step of a fork that keeps its original's idempotency keys: the run
     # whose keys it uses (the worker running it does not read the run).
     idempotency_of: str | None = None

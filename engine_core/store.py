@@ -109,6 +109,8 @@ class Store(Protocol):
         done: Iterable[str] = (),
         outcomes: Sequence[StepRecord] = (),
         forget: Iterable[str] = (),
+        order: int | None = None,
+        group: int | None = None,
     ) -> bool:
         """Record that an attempt of step ``key`` starts, if the run may still start it.
 
@@ -116,7 +118,8 @@ class Store(Protocol):
         request or a newer pass is seen here. In the same write: sets ``open_pass`` and
         ``inflight[key]``, removes the ``done`` keys from ``inflight``, puts each of
         ``outcomes`` (whole step records) in the run's ``journal`` under its key, and
-        removes the ``forget`` keys from the journal. Returns whether it landed."""
+        removes the ``forget`` keys from the journal; ``order`` and ``group`` go in the
+        mark (see ``InflightStep``). Returns whether it landed."""
 
     async def record_steps(
         self,
@@ -250,9 +253,8 @@ class Store(Protocol):
         self, queue: str, *, limit: int, after: LinePage | None = None
     ) -> list[RunRecord]:
         """Up to ``limit`` runs waiting in the queue's line (``queued``, on ``queue``,
-        ``not_before`` cleared), in admission order: ``priority``, then ``created_at``,
-        then run id, starting strictly after ``after``. Costs O(limit) whatever the
-        line's length."""
+        ``not_before`` cleared), in admission order: ``priority``, ``created_at``, run
+        id, starting strictly after ``after``. Costs O(limit) whatever the line's length."""
 
     async def admit_runs(self, runs: Sequence[RunRecord]) -> int:
         """Move each of these runs (as read from the line) that is still ``queued`` with
@@ -370,8 +372,7 @@ class Store(Protocol):
         claim that lapsed is put back by :meth:`requeue_lapsed_claims`.) Each claim sets
         ``running``, adds one to ``attempts`` and sets the claim holder and expiry,
         atomically per job: of any number of concurrent claimers exactly one gets each
-        job attempt. Returns the jobs claimed (after the claim); empty when nothing is
-        due."""
+        job attempt. Returns the jobs claimed (after the claim); empty if nothing is due."""
 
     async def find_claims(self, holder: str) -> list[StepRecord]:
         """Every queue job ``running`` under a claim of ``holder``."""
@@ -396,8 +397,7 @@ class Store(Protocol):
         run_id, key), starting strictly after ``after``. A scan that pages with the last
         row's key visits each step once and costs O(N) over N steps. (A page may run past
         ``limit`` to finish the steps due at its last moment.) The records carry at least
-        their run id, key, kind, status, due time and child run id: what a sweep
-        judges them by."""
+        their run id, key, kind, status, due time and child run id (what sweeps use)."""
 
     def job_hints(self) -> AsyncIterator[None] | None:
         """Wake-ups for idle workers: yields when a queue job may have been inserted by

@@ -94,8 +94,22 @@ def inflight_field(key: str) -> str:
 # ---- runs ---------------------------------------------------------------------------
 
 
-def inflight_entry(key: str, attempt: int, started_at: datetime) -> Doc:
-    return {"key": key, "attempt": attempt, "started_at": to_us(started_at)}
+def inflight_entry(
+    key: str,
+    attempt: int,
+    started_at: datetime,
+    *,
+    order: int | None = None,
+    group: int | None = None,
+) -> Doc:
+    entry: Doc = {"key": key, "attempt": attempt, "started_at": to_us(started_at)}
+    # A first attempt's place, until its record holds it (absent otherwise: the run
+    # document stays as small as before).
+    if order is not None:
+        entry["order"] = int(order)
+    if group is not None:
+        entry["group"] = int(group)
+    return entry
 
 
 def made_key(created_us: int, packed_id: str) -> str:
@@ -119,7 +133,9 @@ def run_to_doc(run: RunRecord) -> Doc:
         "passes": run.passes,
         "token": run.token,
         "inflight": {
-            inflight_field(key): inflight_entry(key, step.attempt, step.started_at)
+            inflight_field(key): inflight_entry(
+                key, step.attempt, step.started_at, order=step.order, group=step.group
+            )
             for key, step in run.inflight.items()
         },
         # An equality query on every server ("$ne: {}" on the map is not portable).
@@ -234,7 +250,10 @@ ENDED_UNSET: Doc = {
 def run_from_doc(doc: Doc) -> RunRecord:
     inflight = {
         cast(str, entry["key"]): InflightStep(
-            attempt=int(entry["attempt"]), started_at=from_us(entry["started_at"])
+            attempt=int(entry["attempt"]),
+            started_at=from_us(entry["started_at"]),
+            order=entry.get("order"),
+            group=entry.get("group"),
         )
         for entry in cast(dict[str, Doc], doc.get("inflight") or {}).values()
     }
@@ -445,6 +464,8 @@ def step_from_doc(doc: Doc) -> StepRecord:
         history=[entry_from_text(e) for e in cast(list[str], doc.get("history") or [])],
         order=doc.get("order"),
         ran=doc.get("ran"),
+        group=doc.get("group"),
+        idempotency_of=unpack_opt(doc.get("idempotency_of")),
     )
 
 

@@ -53,6 +53,7 @@ SHORT: dict[str, str] = {
     "history": "hi",
     "order": "o",
     "ran": "rn",
+    "group": "g",
 }
 _LONG = {short: name for name, short in SHORT.items()}
 _VERSION = 2

@@ -207,12 +207,18 @@ class RunOps(DedupOps):
         done: Iterable[str] = (),
         outcomes: Sequence[StepRecord] = (),
         forget: Iterable[str] = (),
+        order: int | None = None,
+        group: int | None = None,
     ) -> bool:
         """1 update (group-committed), guarded by status and token."""
         key = check_str(key, "step key")
         to_set: Doc = {
             f"inflight.{inflight_field(key)}": inflight_entry(
-                key, check_int(attempt, "attempt"), check_datetime(started_at, "started_at")
+                key,
+                check_int(attempt, "attempt"),
+                check_datetime(started_at, "started_at"),
+                order=order,
+                group=group,
             ),
         }
         return await self._pass_write(run_id, token, status, to_set, done, outcomes, forget, key)

@@ -180,3 +180,85 @@ async def test_a_live_run_forks_and_a_dispatched_step_keeps_the_original_key(
         # "notify" ran in each: a new key in the first fork, the original's in the second.
         assert len(keys) == 3 and keys.count(keys[0]) == 2 and len(set(keys)) == 2
         await engine.cancel(original)
+
+
+async def _step_running(engine: Engine, run_id: str, key: str) -> None:
+    for _ in range(500):
+        step = (await engine.status(run_id)).steps.get(key)
+        if step is not None and step.status == "running":
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"step {key!r} of {run_id} never ran")
+
+
+async def test_a_fork_from_an_inline_step_still_running(engine: Engine) -> None:
+    calls: Counter[str] = Counter()
+    release = asyncio.Event()
+
+    def first() -> str:
+        calls["a"] += 1
+        return "a"
+
+    async def slow() -> str:
+        calls["g"] += 1
+        await release.wait()
+        return "g"
+
+    @engine.workflow("held")
+    async def held(ctx: WorkflowContext, data: Any) -> list[str]:
+        return [await ctx.step("a", first), await ctx.step("g", slow)]
+
+    async with engine:
+        original = await engine.start("held", run_id="fi-orig")
+        await _step_running(engine, original, "g")
+        # ``status`` lists it as running, so it is a fork point.
+        fork = await engine.fork(original, from_step="g")
+        await _step_running(engine, fork, "g")
+        release.set()
+        assert await engine.result(original, timeout=10) == ["a", "g"]
+        assert await engine.result(fork, timeout=10) == ["a", "g"]
+    assert calls == {"a": 1, "g": 2}  # "a" copied, "g" run anew
+    assert (await engine.status(fork)).forked_from == {"run_id": original, "step": "g"}
+
+
+@pytest.mark.parametrize("helpers", [False, True], ids=["calls", "branches"])
+async def test_a_fork_from_one_member_of_a_gather_runs_the_whole_gather_again(
+    engine: Engine, helpers: bool
+) -> None:
+    calls: Counter[str] = Counter()
+    broken = {"w": True}
+
+    def make(name: str) -> Any:
+        def fn() -> str:
+            calls[name] += 1
+            if name == "w" and broken["w"]:
+                raise RuntimeError("w is broken")
+            return name
+
+        return fn
+
+    async def helper(ctx: WorkflowContext, name: str) -> str:
+        await asyncio.sleep(0)
+        return await ctx.step(name, make(name))
+
+    @engine.workflow("gathered")
+    async def gathered(ctx: WorkflowContext, data: Any) -> list[Any]:
+        pre = await ctx.step("pre", make("pre"))
+        if helpers:
+            got = await asyncio.gather(*(helper(ctx, n) for n in "xyz"))
+        else:
+            got = await asyncio.gather(*(ctx.step(n, make(n)) for n in "xyz"))
+        return [pre, got, await ctx.step("w", make("w"))]
+
+    async with engine:
+        original = await engine.start("gathered")
+        with pytest.raises(WorkflowRunFailedError, match="w is broken"):
+            await engine.result(original, timeout=10)
+        keys = {k for k in (await engine.status(original)).steps if k.startswith("y")}
+        (y,) = keys
+        broken["w"] = False
+        calls.clear()
+        fork = await engine.fork(original, from_step=y)
+        assert await engine.result(fork, timeout=10) == ["pre", ["x", "y", "z"], "w"]
+    # The members of the gather started together: all run again; "pre" is copied.
+    assert calls == {"x": 1, "y": 1, "z": 1, "w": 1}

@@ -31,7 +31,7 @@ LAYERS: list[set[str]] = [
         "memory.workers",
         "memory.streams",
     },
-    {"memory.store"},
+    {"memory.store", "run.branches"},
     {
         "status",
         "fleet.waiters",
@@ -45,7 +45,7 @@ LAYERS: list[set[str]] = [
         "flow.starts",
         "fleet.registry",
     },
-    {"testing.builders", "run.reentry", "run.streams"},
+    {"testing.builders", "run.reentry", "run.streams", "run.signals"},
     {
         "run.attempt",
         "run.control",

@@ -161,12 +161,14 @@ class InMemoryStore(StepMemory, EventLeaseMemory, FlowMemory, WorkerMemory, Stre
         done: Iterable[str] = (),
         outcomes: Sequence[StepRecord] = (),
         forget: Iterable[str] = (),
+        order: int | None = None,
+        group: int | None = None,
     ) -> bool:
         run = self._fenced(run_id, token, (status,))
         if run is None:
             return False
         self._journal(run, done, outcomes, forget)
-        run.inflight[key] = InflightStep(attempt=attempt, started_at=started_at)
+        run.inflight[key] = InflightStep(attempt, started_at, order, group)
         run.open_pass = True
         return True
 

@@ -4,12 +4,23 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, Literal, ParamSpec, Protocol, TypeVar, TypeVarTuple, overload
+from contextlib import AbstractContextManager
+from typing import (
+    Any,
+    Literal,
+    ParamSpec,
+    Protocol,
+    TypeVar,
+    TypeVarTuple,
+    cast,
+    overload,
+)
 
 from engine_core.convert import declared_return, from_json
 from engine_core.durations import Duration
 from engine_core.errors import StoreUnavailableError
 from engine_core.outages import StoreDown
+from engine_core.run.branches import mark_call
 from engine_core.values import check_name
 
 
@@ -81,6 +92,10 @@ class StepRunner(Protocol):
 
     async def write_stream(self, key: str, value: Any, *, closed: bool = False) -> None: ...
 
+    def calling(self) -> AbstractContextManager[None]:
+        """Around each call on the context (see ``engine_core.run.branches``)."""
+        ...
+
 
 _T = TypeVar("_T")
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -90,19 +105,24 @@ _P = ParamSpec("_P")
 _Ts = TypeVarTuple("_Ts")
 
 
-def _outage_ends_the_pass(
+def _checkpointed(
     method: Callable[_P, Coroutine[Any, Any, _T]],
 ) -> Callable[_P, Coroutine[Any, Any, _T]]:
-    """A store outage met inside a checkpointed call ends the pass (to be given again
-    once the store is back) instead of surfacing as the workflow's own exception."""
+    """A call on the context (a method of :class:`WorkflowContext`): the tasks made
+    while it runs are not the body's (see ``engine_core.run.branches``), and a store
+    outage met inside it ends the pass (to be given again once the store is back)
+    instead of surfacing as the workflow's own exception."""
 
     @functools.wraps(method)
     async def call(*args: _P.args, **kwargs: _P.kwargs) -> _T:
-        try:
-            return await method(*args, **kwargs)
-        except StoreUnavailableError as exc:
-            raise StoreDown() from exc
+        ctx = cast(WorkflowContext, args[0])
+        with ctx._pass.calling():
+            try:
+                return await method(*args, **kwargs)
+            except StoreUnavailableError as exc:
+                raise StoreDown() from exc
 
+    mark_call(call)
     return call
 
 
@@ -230,7 +250,7 @@ class WorkflowContext:
     ) -> _T: ...
 
     # mypy cannot match ``*args: Any`` to a TypeVarTuple's ``*args``:
-    @_outage_ends_the_pass  # type: ignore[misc]
+    @_checkpointed  # type: ignore[misc]
     async def step(
         self,
         name: str,
@@ -313,7 +333,7 @@ class WorkflowContext:
         returns: None = None,
     ) -> Any: ...
 
-    @_outage_ends_the_pass
+    @_checkpointed
     async def dispatch(
         self,
         name: str,
@@ -346,7 +366,7 @@ class WorkflowContext:
             raise ValueError(f"{target!r} is not a registered {kind}; register it or pass its name")
         return target, name
 
-    @_outage_ends_the_pass
+    @_checkpointed
     async def sleep(self, name: str, duration: Duration) -> None:
         """Wait ``duration`` durably: the wake-up time survives restarts."""
         await self._pass.sleep_step(name, duration)
@@ -361,7 +381,7 @@ class WorkflowContext:
         self, name: str, *, timeout: Duration | None = None, returns: None = None
     ) -> Any: ...
 
-    @_outage_ends_the_pass
+    @_checkpointed
     async def wait_for_event(
         self, name: str, *, timeout: Duration | None = None, returns: Any = None
     ) -> Any:
@@ -397,7 +417,7 @@ class WorkflowContext:
         self, name: str, workflow: str, input: Any = None, *, returns: None = None
     ) -> Any: ...
 
-    @_outage_ends_the_pass
+    @_checkpointed
     async def child(
         self,
         name: str,
@@ -413,21 +433,21 @@ class WorkflowContext:
         declared = returns if returns is not None else declared_return(fn)
         return as_declared(output, declared, f"the output of child step {name!r}")
 
-    @_outage_ends_the_pass
+    @_checkpointed
     async def patched(self, patch_id: str) -> bool:
         """True on a run that reaches this point on new code (a marker, riding the next
         write, keeps it True on every replay); False on a run whose records show it
         passed this point on old code. See docs/guides/changing-code.md."""
         return await self._pass.patched(patch_id)
 
-    @_outage_ends_the_pass
+    @_checkpointed
     async def write_stream(self, key: str, value: Any) -> None:
         """Append ``value`` to the run's stream ``key``, exactly once: a replay reaches
         the same position and writes nothing new. Raises ``StreamTooLargeError`` past
         the stream's limit (``engine_core.streams``)."""
         await self._pass.write_stream(key, value)
 
-    @_outage_ends_the_pass
+    @_checkpointed
     async def close_stream(self, key: str) -> None:
         """End the stream ``key``: its readers stop after the entries before. (A
         stream also ends for its readers when the run ends.)"""

@@ -28,7 +28,7 @@ import functools
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from types import FunctionType
-from typing import Any
+from typing import Any, NoReturn
 
 from engine_core.errors import NonDeterminismError
 from engine_core.records import StepRecord
@@ -181,6 +181,9 @@ class ReplayChecks:
         self._high = -1
         #: Steps first started by this pass: their order and callable, for their record.
         self._new: dict[str, tuple[int, str | None]] = {}
+        #: The batch of the root's each step this pass reached runs under (see
+        #: ``engine_core.run.branches``), for the record of the new ones.
+        self._groups: dict[str, int | None] = {}
         #: ``ctx.patched`` answers given in this pass.
         self.patches: dict[str, bool] = {}
 
@@ -264,18 +267,46 @@ class ReplayChecks:
             await asyncio.sleep(0)
             idle = idle + 1 if self._count == before else 0
 
+    def note_group(self, key: str, group: int | None) -> None:
+        """Step ``key`` is reached under the root's batch ``group``."""
+        if group is not None:
+            self._groups[key] = group
+
     def stamp(self, step: StepRecord) -> StepRecord:
-        """Give a step this pass started first its order and callable (on its first
-        record, so they ride the step's own write)."""
+        """Give a step this pass started first its order, callable and batch (on its
+        first record, so they ride the step's own write)."""
         identity = self._new.get(step.key)
         if identity is not None and step.order is None:
             step.order, step.ran = identity
+            step.group = self._groups.get(step.key)
         return step
 
     def identity(self, key: str) -> dict[str, Any]:
-        """The ``order`` and ``ran`` fields of a new record of step ``key``."""
+        """The ``order``, ``ran`` and ``group`` fields of a new record of step ``key``."""
         order, ran = self._new.get(key, (None, None))
-        return {"order": order, "ran": ran}
+        return {"order": order, "ran": ran, "group": self._groups.get(key)}
+
+    def placing(self, key: str) -> tuple[int | None, int | None]:
+        """The order and batch of a step this pass starts first (None, None for one
+        recorded before): its in-flight mark holds them until its record does."""
+        new = self._new.get(key)
+        if new is None:
+            return None, None
+        return new[0], self._groups.get(key)
+
+    def cannot_tell_apart(self, key: str, name: str) -> NoReturn:
+        """Calls of step ``name`` came from tasks the engine cannot tell apart: which
+        recorded result belongs to which is unknown, so the pass diverges."""
+        self._fail(
+            Mismatch(
+                key,
+                "one call of this name per task, or tasks the engine names",
+                "called it from a task made outside the engine's task factory, beside "
+                "another task calling it",
+                f"the engine cannot tell these calls of step {name!r} apart: give the "
+                "calls distinct names (for example with the index of each branch)",
+            )
+        )
 
     # ---- helpers -----------------------------------------------------------------
 
@@ -335,6 +366,6 @@ class ReplayChecks:
             did = f"reached step {key!r} ({found}) first"
         self._fail(Mismatch(missed, describe(step.kind, step.ran), did, reason))
 
-    def _fail(self, mismatch: Mismatch) -> None:
+    def _fail(self, mismatch: Mismatch) -> NoReturn:
         self.mismatch = mismatch
         raise Diverged(mismatch)

@@ -9,8 +9,10 @@ What is copied, by the order in which the original first started its steps:
   duplicate child starts);
 - every patch marker (which code path the run took is a fact of its input and history).
 
-Not copied: ``from_step`` and every step started at or after it, unfinished steps, and
-compensations (a copied step is not ``compensable`` in the fork: its effect belongs to
+Not copied: ``from_step`` and every step started at or after it, every step started
+together with it (the batch of tasks the body created that it ran under: the members of
+one ``asyncio.gather`` are one group, see ``engine_core.run.branches``), unfinished
+steps, and compensations (a copied step is not ``compensable`` in the fork: its effect belongs to
 the original, which compensates it, or not, itself). Steps that run again get new
 idempotency keys, since they belong to a new run id, unless the fork keeps its
 original's (``keep_idempotency_keys=True``, stored in the run's ``wire``).
@@ -56,6 +58,29 @@ def _is_body(step: StepRecord) -> bool:
     return step.kind not in ("compensation", "patch")
 
 
+def fork_points(run: RunRecord, stored: Sequence[StepRecord]) -> list[StepRecord]:
+    """The run's steps as a fork sees them: its records, and a step whose first attempt
+    is in flight (an inline step running now, which has no record yet) as its in-flight
+    mark tells it: every step ``engine.status`` lists."""
+    steps = merged_steps(run, stored)
+    known = {s.key for s in steps}
+    for key, mark in run.inflight.items():
+        if key not in known and mark.attempt > 0:
+            steps.append(
+                StepRecord(
+                    run_id=run.run_id,
+                    key=key,
+                    kind="inline",
+                    status="running",
+                    attempts=mark.attempt,
+                    scheduled_at=mark.started_at,
+                    order=mark.order,
+                    group=mark.group,
+                )
+            )
+    return steps
+
+
 def choose_from_step(run: RunRecord, steps: Sequence[StepRecord], from_step: str | None) -> str:
     """The key of the first step the fork runs anew ("" when the run has no step):
     ``from_step`` when given (:class:`StepNotFoundError` if the run has none of that
@@ -84,7 +109,11 @@ def copied_steps(steps: Sequence[StepRecord], from_key: str, fork_id: str) -> li
     ``fork_id``."""
     by_key = {s.key: s for s in steps}
     start = by_key.get(from_key)
-    limit = _first_started(start) if start is not None else None
+    limit = None
+    if start is not None:
+        # The first of the steps started together with ``from_step`` (its batch).
+        together = [s for s in steps if start.group is not None and s.group == start.group]
+        limit = min(map(_first_started, [start, *together]))
     kept: list[StepRecord] = []
     for step in steps:
         if step.kind == "patch":
@@ -167,7 +196,7 @@ def plan_fork(
     keep_idempotency_keys: bool = False,
 ) -> tuple[RunRecord, list[StepRecord]]:
     """The fork of ``run`` (whose step records are ``stored``) and its copied steps."""
-    steps = merged_steps(run, stored)
+    steps = fork_points(run, stored)
     from_key = choose_from_step(run, steps, from_step)
     fork = fork_record(
         run,

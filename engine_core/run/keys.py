@@ -3,10 +3,13 @@
 A step's key is its name, with an ordinal when the name is reached again in a pass
 (``item``, ``item#1``, ``item#2``...). Scheme 2 escapes ``\\``, ``#`` and ``:`` in the
 name first, so a step named ``item#1`` can never be the second ``item``, nor one named
-``compensate:a`` the compensation of ``a``. A child run's id is its parent's id with
-``%`` and ``:`` percent-escaped, a ``:``, then the step key, so no two (parent, key)
-pairs share a child. Scheme 1 is how runs stored before 0.2 were named: they keep
-replaying with it.
+``compensate:a`` the compensation of ``a``. Scheme 3 counts ordinals per branch of the
+body (``engine_core.run.branches``): a step reached by a branch other than the body
+itself names that branch after an ``@`` (``item@1``, ``item@1#2``), and ``@`` in a name
+is escaped too. A child run's id is its parent's id with ``%`` and ``:`` percent-escaped,
+a ``:``, then the step key, so no two (parent, key) pairs share a child. Scheme 1 is
+how runs stored before 0.2 were named, scheme 2 how runs stored before 0.4 were: they
+keep replaying with theirs.
 """
 
 from __future__ import annotations
@@ -16,13 +19,18 @@ import uuid
 from engine_core.values import MAX_RUN_ID_LENGTH
 
 #: The scheme new runs are started with.
-CURRENT_SCHEME = 2
+CURRENT_SCHEME = 3
 
 
-def step_key(name: str, seen: int, scheme: int) -> str:
-    """The key of the ``seen``-th earlier use of ``name`` in this pass (0: the first)."""
+def step_key(name: str, seen: int, scheme: int, branch: str = "") -> str:
+    """The key of the ``seen``-th earlier use of ``name`` (0: the first) by ``branch``
+    of the body ("": the body itself) in this pass."""
     if scheme >= 2:
         name = name.replace("\\", "\\\\").replace("#", "\\#").replace(":", "\\:")
+        if scheme >= 3:
+            name = name.replace("@", "\\@")
+            if branch:
+                name = f"{name}@{branch}"
     return name if seen == 0 else f"{name}#{seen}"
 
 

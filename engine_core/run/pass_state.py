@@ -29,12 +29,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, NoReturn, TypeVar
 
-from engine_core.errors import StepFailedError
 from engine_core.journal import (
     FLUSH_AT,
     LARGE_OUTCOME,
@@ -42,12 +41,12 @@ from engine_core.journal import (
     merged,
 )
 from engine_core.mirror import mirror_step
-from engine_core.outages import StoreDown
 from engine_core.records import RunRecord, RunState, StepRecord, utcnow
+from engine_core.run.branches import Ambiguous, StepNames
 from engine_core.run.control import RunControl
 from engine_core.run.divergence import Diverged, ReplayChecks
 from engine_core.run.journal_room import count_again, journal_room, kept_in_journal, outcome_size
-from engine_core.run.keys import step_key
+from engine_core.run.signals import Parked, ReplayEnd, Stopped, stored_failure
 from engine_core.run.transitions import Transition
 from engine_core.runtime import Runtime
 from engine_core.store import Store
@@ -56,33 +55,6 @@ from engine_core.values import check_name, stored_size
 log = logging.getLogger("engine_core")
 
 _T = TypeVar("_T")
-
-
-class Parked(BaseException):
-    """The step is armed and waits for something outside this pass."""
-
-
-class Stopped(BaseException):
-    """The run was stopped, or a newer pass owns it: this pass must write nothing more."""
-
-
-class ReplayEnd(BaseException):
-    """A compensating replay reached a step that never finished."""
-
-
-#: The control signals a pass raises through the body, strongest first.
-SIGNALS: tuple[type[BaseException], ...] = (StoreDown, Diverged, Parked, Stopped, ReplayEnd)
-
-
-def stored_failure(step: StepRecord) -> StepFailedError:
-    """The error a failed step raises in the body, as its record tells it."""
-    error = step.error or {}
-    return StepFailedError(
-        step.key,
-        step.attempts,
-        str(error.get("type", "Error")),
-        str(error.get("message", "")),
-    )
 
 
 class PassState:
@@ -114,7 +86,8 @@ class PassState:
         self.traceparent: str | None = run.wire.get("traceparent")
         #: Set when the pass ended because this process is shutting down.
         self.requeue = False
-        self._seen: Counter[str] = Counter()
+        #: How the steps the body reaches are keyed (by branch of the body).
+        self.names = StepNames(run.key_scheme)
         # The outcomes the run's journal holds, as far as this pass wrote them.
         self._journal: dict[str, StepRecord] = dict(run.journal)
         # Whether the store may write outcomes to their step records instead (then a
@@ -166,11 +139,19 @@ class PassState:
         return self.run.workflow
 
     def key(self, name: str) -> str:
-        """The step's key in this run: its name, with an ordinal when reached again."""
+        """The step's key in this run: its name, with an ordinal when reached again by
+        the same branch of the body (``engine_core.run.branches``)."""
         check_name(name, "step name")
-        seen = self._seen[name]
-        self._seen[name] += 1
-        return step_key(name, seen, self.run.key_scheme)
+        try:
+            key, group = self.names.key(name)
+        except Ambiguous as exc:
+            self.checks.cannot_tell_apart(exc.key, name)
+        self.checks.note_group(key, group)
+        return key
+
+    def calling(self) -> AbstractContextManager[None]:
+        """Around each call the body makes on its context."""
+        return self.names.calling()
 
     def finished(self, key: str) -> StepRecord | None:
         """The step's record if it has finished; raises its failure if it failed."""
@@ -197,6 +178,7 @@ class PassState:
         if self.checks.mismatch is not None:
             raise Diverged(self.checks.mismatch)  # a divergent pass starts nothing more
         outcomes, done, forget = await self._take()
+        order, group = self.checks.placing(key)
         started = utcnow()
         try:
             ok = await self.store.start_step(
@@ -209,6 +191,8 @@ class PassState:
                 done=done,
                 outcomes=outcomes,
                 forget=forget,
+                order=order,
+                group=group,
             )
         except BaseException:
             self._give_back(outcomes, done, forget)

@@ -10,20 +10,20 @@ a build that would break live runs before it ships.
 from __future__ import annotations
 
 import asyncio
-from collections import Counter, deque
+from collections import deque
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
-from contextlib import aclosing
+from contextlib import AbstractContextManager, aclosing
 from typing import Any, Literal
 
 from engine_core.convert import declared_parameter
 from engine_core.durations import Duration
 from engine_core.journal import merged
 from engine_core.records import RunRecord, StepRecord
+from engine_core.run.branches import Ambiguous, StepNames
 from engine_core.run.context import WorkflowContext, as_declared
 from engine_core.run.divergence import Diverged, ReplayChecks, callable_name
-from engine_core.run.keys import step_key
-from engine_core.run.pass_state import stored_failure
 from engine_core.run.patches import check_patch_id, has_marker
+from engine_core.run.signals import stored_failure
 from engine_core.status import Divergence, ReplayReport
 from engine_core.store import Store
 from engine_core.values import check_name
@@ -52,7 +52,7 @@ class DryReplay:
         self.run = run
         self.steps = steps
         self.checks = ReplayChecks(steps, enabled=run.status != "compensating")
-        self._seen: Counter[str] = Counter()
+        self.names = StepNames(run.key_scheme)
 
     @property
     def run_id(self) -> str:
@@ -65,10 +65,16 @@ class DryReplay:
     async def write_stream(self, key: str, value: Any, *, closed: bool = False) -> None:
         """A dry replay writes nothing."""
 
+    def calling(self) -> AbstractContextManager[None]:
+        return self.names.calling()
+
     async def _recorded(self, name: str, kind: str, ran: str | None) -> Any:
         check_name(name, "step name")
-        key = step_key(name, self._seen[name], self.run.key_scheme)
-        self._seen[name] += 1
+        try:
+            key, group = self.names.key(name)
+        except Ambiguous as exc:
+            self.checks.cannot_tell_apart(exc.key, name)
+        self.checks.note_group(key, group)
         if (check := self.checks.reach(key, kind, ran)) is not None:
             await check
         step = self.steps.get(key)
@@ -116,7 +122,8 @@ class DryReplay:
             async with asyncio.timeout(_BODY_TIMEOUT_S):
                 what = f"the input of workflow {self.run.workflow!r}"
                 data = as_declared(self.run.input, declared_parameter(body, 1), what)
-                await body(WorkflowContext(self), data)
+                with self.names.body():
+                    await body(WorkflowContext(self), data)
         except (Diverged, _EndOfRecord, Exception):
             pass
         except BaseExceptionGroup:

@@ -26,7 +26,8 @@ from engine_core.run.attempt import error_info
 from engine_core.run.context import ValueMismatch, WorkflowContext, as_declared
 from engine_core.run.divergence import Mismatch
 from engine_core.run.keys import compensation_key
-from engine_core.run.pass_state import SIGNALS, Parked, PassState, Stopped
+from engine_core.run.pass_state import PassState
+from engine_core.run.signals import SIGNALS, Parked, Stopped
 from engine_core.run.streams import BodyStreams
 from engine_core.tracing import run_log_context
 from engine_core.values import check_fits, to_stored
@@ -64,7 +65,8 @@ class RunPass(PassState):
             with run_log_context(self.run.run_id, self.traceparent):
                 what = f"the input of workflow {self.run.workflow!r}"
                 data = as_declared(self.run.input, declared_parameter(fn, 1), what)
-                output = await fn(WorkflowContext(self), data)
+                with self.names.body():
+                    output = await fn(WorkflowContext(self), data)
         except BaseException as exc:
             failure = exc
         await self.drain()

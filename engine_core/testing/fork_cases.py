@@ -9,7 +9,7 @@ import pytest
 from engine_core.errors import DuplicateRunError
 from engine_core.records import AttemptEntry, StepRecord, utcnow
 from engine_core.store import Store
-from engine_core.testing.builders import make_run
+from engine_core.testing.builders import make_job, make_run
 
 
 def _copied(run_id: str, key: str, order: int) -> StepRecord:
@@ -78,3 +78,11 @@ class ForkCases:
         await store.fork_run(fork, [_copied("fork", "a", 0)])
         assert await store.clean_forks(utcnow() + timedelta(hours=2)) == 0
         assert [s.key for s in await store.load_steps("fork")] == ["a"]
+
+    async def test_a_forks_job_keeps_the_run_whose_keys_it_uses(self, store: Store) -> None:
+        # A worker elsewhere claims the job and reads the idempotency keys' run from it.
+        assert await store.insert_step(make_job("fork", "notify", idempotency_of="orig"))
+        got = await store.get_step("fork", "notify")
+        assert got is not None and got.idempotency_of == "orig"
+        (claimed,) = await store.claim_steps(["fn"], holder="w1", claim_ttl=30, limit=5)
+        assert claimed.idempotency_of == "orig"

@@ -1,5 +1,6 @@
-"""Conformance cases for what divergence detection and versions keep on records: a step's
-order and callable (in its record and in the run's journal), a run's version label."""
+"""Conformance cases for what divergence detection, forks and versions keep on records: a
+step's order, callable and batch (in its record and in the run's journal), a run's
+version label."""
 
 from __future__ import annotations
 
@@ -12,25 +13,26 @@ from engine_core.testing.builders import begin, done_step, make_job, make_run
 class ReplayRecordCases:
     """What a store must keep for replays to be checked (docs/guides/changing-code.md)."""
 
-    async def test_a_step_keeps_its_order_and_callable(self, store: Store) -> None:
+    async def test_a_step_keeps_its_order_callable_and_batch(self, store: Store) -> None:
         job = make_job("run-1", "j", order=3, ran="send-email")
+        job.group = 2
         assert await store.insert_step(job)
         saved = done_step("run-1", "s", result=1)
-        saved.order, saved.ran = 0, "app.steps:charge"
+        saved.order, saved.ran, saved.group = 0, "app.steps:charge", 7
         await store.save_steps([saved])
         got = {s.key: s for s in await store.load_steps("run-1")}
-        assert (got["j"].order, got["j"].ran) == (3, "send-email")
-        assert (got["s"].order, got["s"].ran) == (0, "app.steps:charge")
+        assert (got["j"].order, got["j"].ran, got["j"].group) == (3, "send-email", 2)
+        assert (got["s"].order, got["s"].ran, got["s"].group) == (0, "app.steps:charge", 7)
         old = done_step("run-1", "old")  # a record from before the check says nothing
         await store.save_steps([old])
         again = await store.get_step("run-1", "old")
         assert again is not None and (again.order, again.ran) == (None, None)
 
-    async def test_the_journal_keeps_order_and_callable(self, store: Store) -> None:
+    async def test_the_journal_keeps_order_callable_and_batch(self, store: Store) -> None:
         await store.insert_run(make_run())
         token = await begin(store)
         first = done_step("run-1", "a", result={"$set": 1})
-        first.order, first.ran = 0, "m:f.<locals>.<lambda>"
+        first.order, first.ran, first.group = 0, "m:f.<locals>.<lambda>", 1
         marker = done_step("run-1", "patched:p")
         marker.kind = "patch"
         assert await store.start_step(
@@ -42,6 +44,7 @@ class ReplayRecordCases:
         # In the journal, or in the step records (``engine_core.journal.journals``).
         steps = merged(got, await store.load_steps("run-1"))
         assert steps["a"].order == 0 and steps["a"].ran == "m:f.<locals>.<lambda>"
+        assert steps["a"].group == 1
         assert steps["patched:p"].kind == "patch"
 
     async def test_a_run_keeps_its_version_and_lists_filter_by_it(self, store: Store) -> None:

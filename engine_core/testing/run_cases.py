@@ -296,10 +296,13 @@ class RunCases:
             attempt=2,
             started_at=now,
             done=["a", "b", "c"],
+            order=5,
+            group=2,
         )
         got = await store.get_run("run-1")
         assert got is not None and set(got.inflight) == {"c"}
-        assert got.inflight["c"].attempt == 2
+        # The mark keeps the place of a step that has no record yet (a fork point).
+        assert got.inflight["c"] == InflightStep(attempt=2, started_at=now, order=5, group=2)
 
     async def test_settle_run_is_guarded_and_clears_inflight(self, store: Store) -> None:
         await store.insert_run(make_run())

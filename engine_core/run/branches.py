@@ -1,0 +1,278 @@
+"""Which branch of a workflow body makes a call, so that a step's key never depends on
+timing.
+
+A body may run parts of itself at once (``asyncio.gather``, ``TaskGroup``,
+``create_task``). Each task the body creates is a *branch* of it, named by its place in
+the tree of tasks: the body itself is the root, and the tasks a branch creates are
+numbered in the order it creates them (``0``, ``1``, then ``1.0`` for the first task
+``1`` creates...). That order is the body's own, the same on every pass; the order in
+which branches then reach their steps is not (one may await a slow call first), so
+ordinals are counted per branch:
+
+- the root's steps keep their plain keys: ``name``, ``name#1``...;
+- a task whose whole coroutine is one call on the context (``gather(ctx.step("a", f),
+  ctx.step("b", g))``) counts with the branch that created it: it makes its call the
+  first time it runs, before it can yield, and tasks first run in the order they were
+  created, so these calls arrive in the same order on every pass;
+- any other branch counts on its own, and its keys name it: ``name@1``, ``name@1#1``.
+
+Branches are named as they are created, by a task factory put on the running loop
+(chained to the factory already there). A task that escapes it (made by a callback, or
+by a factory set while a pass runs) cannot be named: its calls count with the branch it
+came from, and if such a task and another task reach steps of the same name in one
+pass, the engine cannot tell the calls apart: the pass diverges, asking for distinct
+names (:class:`Ambiguous`).
+
+The tasks a branch creates together (none of its earlier ones still running, no call of
+its own in between) form a *batch*. A step records the batch of the root's that it runs
+under (``StepRecord.group``): a fork from a step runs its whole batch again, since its
+members started together (see ``engine_core.run.fork``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+from collections.abc import Callable, Coroutine, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from engine_core.run.keys import step_key
+
+#: The branch of the body the current task runs (set in each task the factory names).
+_BRANCH: contextvars.ContextVar[Branch | None] = contextvars.ContextVar(
+    "engine_core_branch", default=None
+)
+#: The code object of the coroutines that calls on the context run as (see
+#: ``engine_core.run.context``): a task running one of them is a "direct" call.
+_CALL_CODES: set[Any] = set()
+
+
+def mark_call(method: Callable[..., Coroutine[Any, Any, Any]]) -> None:
+    """Note that coroutines of ``method`` are calls on the context."""
+    _CALL_CODES.add(method.__code__)
+
+
+class Ambiguous(Exception):
+    """A task the engine could not name and another task reached steps of one name."""
+
+    def __init__(self, name: str, seen: int) -> None:
+        super().__init__(name)
+        self.name = name
+        self.seen = seen
+        #: The key the call was given (set by :class:`StepNames`).
+        self.key = ""
+
+
+class Branch:
+    """One task of a workflow body (or the body itself), and the ordinals its calls
+    take."""
+
+    __slots__ = (
+        "_batch",
+        "_batch_live",
+        "_busy",
+        "_called",
+        "_callers",
+        "_counts",
+        "_spawned",
+        "_unnamed",
+        "closed",
+        "group",
+        "names",
+        "path",
+        "root",
+        "task",
+    )
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        group: int | None,
+        root: Branch | None = None,
+        names: Branch | None = None,
+    ) -> None:
+        self.path = path
+        #: The body's own branch, whose pass this belongs to.
+        self.root: Branch = root if root is not None else self
+        #: The task it runs in (None until known: the factory learns it once made).
+        self.task: asyncio.Task[Any] | None = None
+        #: The batch of the root's this branch runs under (None: the root itself).
+        self.group = group
+        #: The branch whose ordinals its calls take (itself, or its creator's when it
+        #: is one direct call).
+        self.names: Branch = names if names is not None else self
+        self.closed = False
+        self._busy = 0
+        self._spawned = 0
+        self._batch = 0
+        self._batch_live = 0
+        self._called = False  # a call of its own since its batch began
+        self._counts: dict[str, int] = {}
+        # The tasks that reached each name, and the names an unnamed task reached.
+        self._callers: dict[str, set[asyncio.Task[Any] | None]] = {}
+        self._unnamed: set[str] = set()
+
+    # ---- creating tasks ----------------------------------------------------------
+
+    def creates_here(self, task: asyncio.Task[Any] | None) -> bool:
+        """Whether a task created now, by ``task``, is this branch's own: the body's
+        code created it (not the engine, during one of the branch's calls)."""
+        return not self.root.closed and not self._busy and task is not None and task is self.task
+
+    def child(self, direct: bool) -> tuple[Branch, Callable[[object], None]]:
+        """The branch of the next task this one creates (``direct``: a call on the
+        context), and what to call when that task is done."""
+        if not self._batch_live or self._called:
+            # A new batch: nothing of the last one still runs, or a call came between.
+            self._batch += 1
+            self._batch_live = 0
+            self._called = False
+        self._batch_live += 1
+        batch = self._batch
+        index = self._spawned
+        self._spawned += 1
+        path = f"{self.path}.{index}" if self.path else str(index)
+        group = self.group if self.group is not None else batch
+        made = Branch(path, group=group, root=self.root, names=self.names if direct else None)
+
+        def done(_: object) -> None:
+            if self._batch == batch:
+                self._batch_live -= 1
+
+        return made, done
+
+    # ---- calls ---------------------------------------------------------------------
+
+    @contextmanager
+    def calling(self) -> Iterator[None]:
+        """Around one call on the context: tasks made meanwhile are the engine's (or
+        the step's), not the body's."""
+        self._busy += 1
+        self._called = True
+        try:
+            yield
+        finally:
+            self._busy -= 1
+
+    def ordinal(self, name: str, task: asyncio.Task[Any] | None, named: bool) -> int:
+        """The ordinal of this call of ``name`` among this branch's, and whether an
+        unnamed task's call and another task's share the name (then nobody can tell
+        which is which on the next pass)."""
+        seen = self._counts.get(name, 0)
+        self._counts[name] = seen + 1
+        callers = self._callers.setdefault(name, set())
+        callers.add(task)
+        if not named:
+            self._unnamed.add(name)
+        if name in self._unnamed and len(callers) > 1:
+            raise Ambiguous(name, seen)
+        return seen
+
+
+def here(root: Branch) -> tuple[Branch, asyncio.Task[Any] | None, bool]:
+    """The branch of ``root``'s tree the running task belongs to, the task, and whether
+    the task is that branch's own (False: it escaped the factory and only inherited
+    the branch it came from)."""
+    task = asyncio.current_task()
+    branch = _BRANCH.get()
+    if branch is None or branch.root is not root:
+        return root, task, task is root.task
+    if branch.task is None:
+        branch.task = task  # made by an eager factory: it runs before it is known
+    return branch, task, branch.task is task
+
+
+class StepNames:
+    """The keys of the steps one pass (or one dry replay) reaches, by branch."""
+
+    def __init__(self, scheme: int) -> None:
+        self.scheme = scheme
+        self.root = Branch("", group=None)
+        self._plain: dict[str, int] = {}  # ordinals of runs keyed before branches
+
+    @contextmanager
+    def body(self) -> Iterator[None]:
+        """Around the body's run: the running task is its root branch, and the tasks it
+        creates are named."""
+        root = self.root
+        root.task = asyncio.current_task()
+        install(asyncio.get_running_loop())
+        token = _BRANCH.set(root)
+        try:
+            yield
+        finally:
+            root.closed = True
+            _BRANCH.reset(token)
+
+    def key(self, name: str) -> tuple[str, int | None]:
+        """The key of this call of step ``name``, and the batch it runs under."""
+        if self.scheme < 3:
+            seen = self._plain.get(name, 0)
+            self._plain[name] = seen + 1
+            return step_key(name, seen, self.scheme), None
+        branch, task, named = here(self.root)
+        names = branch.names
+        try:
+            n = names.ordinal(name, task, named)
+        except Ambiguous as exc:
+            exc.key = step_key(name, exc.seen, self.scheme, names.path)
+            raise
+        return step_key(name, n, self.scheme, names.path), branch.group
+
+    @contextmanager
+    def calling(self) -> Iterator[None]:
+        """Around one call on the context (see :meth:`Branch.calling`). A task of the
+        body still running once the body ended (a sibling of a branch that parked, say)
+        is cancelled at its next call: its pass is settling, or settled."""
+        if self.root.closed:
+            raise asyncio.CancelledError("the pass of this branch of the body is over")
+        branch, _, named = here(self.root)
+        if not named:
+            yield
+            return
+        with branch.calling():
+            yield
+
+
+# ---- the task factory ------------------------------------------------------------
+
+
+class _Factory:
+    """Names the tasks a body's branch creates, then makes them as ``inner`` would."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __call__(
+        self, loop: asyncio.AbstractEventLoop, coro: Any, **options: Any
+    ) -> asyncio.Future[Any]:
+        branch = _BRANCH.get()
+        if branch is None or not branch.creates_here(asyncio.current_task(loop)):
+            return self._make(loop, coro, options)
+        child, done = branch.child(getattr(coro, "cr_code", None) in _CALL_CODES)
+        given = options.get("context")
+        context = given.copy() if given is not None else contextvars.copy_context()
+        context.run(_BRANCH.set, child)
+        options["context"] = context
+        task = self._make(loop, coro, options)
+        if child.task is None and isinstance(task, asyncio.Task):
+            child.task = task
+        task.add_done_callback(done)
+        return task
+
+    def _make(
+        self, loop: asyncio.AbstractEventLoop, coro: Any, options: dict[str, Any]
+    ) -> asyncio.Future[Any]:
+        if self.inner is not None:
+            made: asyncio.Future[Any] = self.inner(loop, coro, **options)
+            return made
+        return asyncio.Task(coro, loop=loop, **options)
+
+
+def install(loop: asyncio.AbstractEventLoop) -> None:
+    """Put the naming factory on ``loop`` (once; chained to the factory there)."""
+    current = loop.get_task_factory()
+    if not isinstance(current, _Factory):
+        loop.set_task_factory(_Factory(current))

@@ -1,0 +1,112 @@
+"""Concurrent branches of a body that reuse a step name: every call gets its own recorded
+result on every replay, whatever the timing (issue 36), or the run is suspended."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from engine_core import Engine, WorkflowContext
+from engine_core.run.keys import step_key
+
+
+async def _echo(value: str) -> str:
+    return value
+
+
+async def _wait_for_status(engine: Engine, run_id: str, status: str) -> None:
+    for _ in range(500):
+        if (await engine.status(run_id)).status == status:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"run {run_id} never became {status}")
+
+
+async def _parked_on(engine: Engine, run_id: str, key: str) -> None:
+    for _ in range(500):
+        step = (await engine.status(run_id)).steps.get(key)
+        if step is not None and step.status == "scheduled":
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"run {run_id} never parked on {key}")
+
+
+async def test_branches_that_reuse_a_step_name_keep_their_results_on_replay(
+    engine: Engine,
+) -> None:
+    passes = {"n": 0}
+
+    async def branch(ctx: WorkflowContext, label: str) -> list[str]:
+        out = []
+        for i in range(3):
+            if passes["n"] == 1 and label == "x":
+                await asyncio.sleep(0.03)  # slow on the first pass: the calls interleave
+            out.append(await ctx.step("w", _echo, f"{label}{i}"))
+        return out
+
+    @engine.workflow("fan")
+    async def fan(ctx: WorkflowContext, data: Any) -> Any:
+        passes["n"] += 1
+        x, y = await asyncio.gather(branch(ctx, "x"), branch(ctx, "y"))
+        await ctx.wait_for_event("go")  # parks: the next pass replays the gather
+        return {"x": x, "y": y}
+
+    async with engine:
+        run_id = await engine.start("fan")
+        await _parked_on(engine, run_id, "go")
+        # A dry replay keys the calls as a pass does: it finds nothing diverging.
+        report = await engine.replay_check(run_ids=[run_id])
+        assert (report.checked, report.diverged) == (1, [])
+        await engine.send_event(run_id, "go", None)
+        out = await engine.result(run_id, timeout=20)
+    assert passes["n"] == 3  # the first pass, the dry replay, the pass after "go"
+    assert out == {"x": ["x0", "x1", "x2"], "y": ["y0", "y1", "y2"]}
+    steps = (await engine.status(run_id)).steps
+    # Each branch counts its own ordinals, and its keys name it.
+    assert {k: s.result for k, s in steps.items() if k != "go"} == {
+        step_key("w", i, 3, str(b)): f"{label}{i}" for b, label in enumerate("xy") for i in range(3)
+    }
+
+
+async def test_gathered_direct_calls_keep_their_plain_keys(engine: Engine) -> None:
+    @engine.workflow("direct")
+    async def direct(ctx: WorkflowContext, data: Any) -> Any:
+        items = await asyncio.gather(*(ctx.step("item", _echo, f"i{n}") for n in range(3)))
+        pair = await asyncio.gather(ctx.step("a", _echo, "a"), ctx.step("b", _echo, "b"))
+        await ctx.wait_for_event("go")
+        return [items, pair]
+
+    async with engine:
+        run_id = await engine.start("direct")
+        await _parked_on(engine, run_id, "go")
+        await engine.send_event(run_id, "go", None)
+        assert await engine.result(run_id, timeout=20) == [["i0", "i1", "i2"], ["a", "b"]]
+    steps = (await engine.status(run_id)).steps
+    assert {k: s.result for k, s in steps.items() if k != "go"} == {
+        "item": "i0",
+        "item#1": "i1",
+        "item#2": "i2",
+        "a": "a",
+        "b": "b",
+    }
+
+
+async def test_tasks_the_engine_cannot_name_suspend_the_run(engine: Engine) -> None:
+    async def branch(ctx: WorkflowContext, label: str) -> str:
+        await asyncio.sleep(0)
+        return await ctx.step("w", _echo, label)
+
+    @engine.workflow("unnamed")
+    async def unnamed(ctx: WorkflowContext, data: Any) -> Any:
+        # Made by the Task class itself, past the loop's task factory: the engine cannot
+        # tell which is which on the next pass.
+        tasks = [asyncio.Task(branch(ctx, label)) for label in "xy"]
+        return await asyncio.gather(*tasks)
+
+    async with engine:
+        run_id = await engine.start("unnamed")
+        await _wait_for_status(engine, run_id, "suspended")
+    st = await engine.status(run_id)
+    assert st.error is not None and st.error["type"] == "NonDeterminismError"
+    assert st.error["step"].startswith("w")
+    assert "distinct names" in st.error["message"]
