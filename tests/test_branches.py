@@ -110,3 +110,32 @@ async def test_tasks_the_engine_cannot_name_suspend_the_run(engine: Engine) -> N
     assert st.error is not None and st.error["type"] == "NonDeterminismError"
     assert st.error["step"].startswith("w")
     assert "distinct names" in st.error["message"]
+
+
+async def test_a_branch_that_waits_between_steps_raises_no_false_alarm(engine: Engine) -> None:
+    # On the first pass branch "a" is the slow one, on the replay branch "b": the replay
+    # reaches a's recorded steps while b's, recorded before them, wait well past any
+    # "let the other branches catch up" delay. Only a branch's own order is judged.
+    passes = {"n": 0}
+
+    async def branch(ctx: WorkflowContext, label: str) -> list[str]:
+        slow = (label == "a") == (passes["n"] == 1)
+        out = []
+        for i in range(2):
+            if slow:
+                await asyncio.sleep(0.3)
+            out.append(await ctx.step("s", _echo, f"{label}{i}"))
+        return out
+
+    @engine.workflow("paced")
+    async def paced(ctx: WorkflowContext, data: Any) -> Any:
+        passes["n"] += 1
+        got = await asyncio.gather(branch(ctx, "a"), branch(ctx, "b"))
+        await ctx.wait_for_event("go")
+        return got
+
+    async with engine:
+        run_id = await engine.start("paced")
+        await _parked_on(engine, run_id, "go")
+        await engine.send_event(run_id, "go", None)
+        assert await engine.result(run_id, timeout=20) == [["a0", "a1"], ["b0", "b1"]]

@@ -31,7 +31,7 @@ LAYERS: list[set[str]] = [
         "memory.workers",
         "memory.streams",
     },
-    {"memory.store", "run.branches"},
+    {"memory.store", "run.branches", "run.branch_order"},
     {
         "status",
         "fleet.waiters",

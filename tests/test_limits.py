@@ -152,7 +152,8 @@ async def test_a_step_cancelled_while_outcomes_move_keeps_a_siblings_room() -> N
     save_steps = store.save_steps
 
     async def slow_save_steps(steps: Sequence[StepRecord]) -> None:
-        if not moving.is_set() and any(s.key == "s16" for s in steps):
+        # "s16@1": the seventeenth step of the body's second task (it keys its own).
+        if not moving.is_set() and any(s.key == "s16@1" for s in steps):
             moving.set()
             await asyncio.sleep(10)  # cancelled by the body's timeout
         await save_steps(steps)
@@ -189,5 +190,5 @@ async def test_a_step_cancelled_while_outcomes_move_keeps_a_siblings_room() -> N
     assert run is not None and "y" in run.journal
     kept = sum(outcome_size(s) for s in run.journal.values())
     assert kept <= journal_room(stored_size(None) + stored_size("ok")), kept - JOURNAL_BYTES
-    steps = merged(run, await store.get_steps(run_id, ["s16", "z"]))
-    assert steps["s16"].result == large and steps["z"].result == "z" * 5_000
+    steps = merged(run, await store.get_steps(run_id, ["s16@1", "z@1"]))
+    assert steps["s16@1"].result == large and steps["z@1"].result == "z" * 5_000

@@ -79,6 +79,7 @@ class Branch:
         "_unnamed",
         "closed",
         "group",
+        "made",
         "names",
         "path",
         "root",
@@ -104,6 +105,8 @@ class Branch:
         #: is one direct call).
         self.names: Branch = names if names is not None else self
         self.closed = False
+        #: The root's: every branch of the body that counts its own ordinals, by path.
+        self.made: dict[str, Branch] = {}
         self._busy = 0
         self._spawned = 0
         self._batch = 0
@@ -136,6 +139,8 @@ class Branch:
         path = f"{self.path}.{index}" if self.path else str(index)
         group = self.group if self.group is not None else batch
         made = Branch(path, group=group, root=self.root, names=self.names if direct else None)
+        if not direct:
+            self.root.made[path] = made
 
         def done(_: object) -> None:
             if self._batch == batch:
@@ -221,13 +226,41 @@ class StepNames:
             raise
         return step_key(name, n, self.scheme, names.path), branch.group
 
+    def by_branch(self) -> StepNames | None:
+        """Itself, when the run's keys count by branch (scheme 3): divergence is then
+        judged branch by branch (``engine_core.run.branch_order``)."""
+        return self if self.scheme >= 3 else None
+
+    def current(self) -> str:
+        """The path of the branch whose ordinals the running task's calls take."""
+        return here(self.root)[0].names.path
+
+    def state(self, path: str) -> str:
+        """Where branch ``path`` of the body stands in this pass: "unmade" (not created
+        yet), "running" or "done"."""
+        branch = self.root.made.get(path) if path else self.root
+        if branch is None:
+            return "unmade"
+        task = branch.task
+        return "done" if task is not None and task.done() else "running"
+
+    def refuse_late(self) -> None:
+        """Cancel the running task if it is a branch of the body still running after
+        the body ended (a sibling of a branch that parked, say): its pass is settling,
+        or settled, and must start nothing more. The pass's own task goes on (it
+        compensates after the body, for one)."""
+        if not self.root.closed:
+            return
+        branch = _BRANCH.get()
+        if branch is not None and branch.root is self.root:
+            if asyncio.current_task() is not self.root.task:
+                raise asyncio.CancelledError("the pass of this branch of the body is over")
+
     @contextmanager
     def calling(self) -> Iterator[None]:
-        """Around one call on the context (see :meth:`Branch.calling`). A task of the
-        body still running once the body ended (a sibling of a branch that parked, say)
-        is cancelled at its next call: its pass is settling, or settled."""
-        if self.root.closed:
-            raise asyncio.CancelledError("the pass of this branch of the body is over")
+        """Around one call on the context (see :meth:`Branch.calling`); refused to a
+        branch still running once the body ended (:meth:`refuse_late`)."""
+        self.refuse_late()
         branch, _, named = here(self.root)
         if not named:
             yield

@@ -32,6 +32,7 @@ from typing import Any, NoReturn
 
 from engine_core.errors import NonDeterminismError
 from engine_core.records import StepRecord
+from engine_core.run.branch_order import BranchOrder, BranchView
 
 #: The kinds of step a workflow body reaches (compensations and patch markers are not
 #: reached by the body, so they take no part in the order).
@@ -141,9 +142,21 @@ class Diverged(BaseException):
 class ReplayChecks:
     """What one pass (or one dry replay) has reached of the run's recorded steps."""
 
-    def __init__(self, steps: dict[str, StepRecord], *, enabled: bool = True) -> None:
+    def __init__(
+        self,
+        steps: dict[str, StepRecord],
+        *,
+        enabled: bool = True,
+        branches: BranchView | None = None,
+    ) -> None:
         self._steps = steps
         self.enabled = enabled
+        #: On a run keyed by branch: the order is judged branch by branch, at once.
+        self._by_branch = (
+            BranchOrder((s for s in steps.values() if s.kind in BODY_KINDS), branches)
+            if branches is not None
+            else None
+        )
         #: Set once the pass diverged: it starts nothing more.
         self.mismatch: Mismatch | None = None
         self._reached: set[str] = set()
@@ -215,9 +228,14 @@ class ReplayChecks:
             self._high = max(self._high, order)
             self._new[key] = (order, ran)
             if self._unreached and self.enabled:
-                return self._judge_new(key, kind, ran)
+                if self._by_branch is None:
+                    return self._judge_new(key, kind, ran)
+                if (missed := self._by_branch.skipped(key)) is not None:
+                    self._diverge(missed, describe(kind, ran), key, "new")
             return None
         self._reached.add(key)
+        if self._by_branch is not None:
+            self._by_branch.reached(key)
         self._unreached.discard(key)
         self._open.discard(key)
         if recorded.order is not None and recorded.order > self._high:
@@ -236,7 +254,10 @@ class ReplayChecks:
                     f"the step ran another {what} when it was recorded",
                 )
             )
-        if recorded.order is not None and self._earlier_unreached(recorded.order):
+        if recorded.order is not None and self._by_branch is not None:
+            if (missed := self._by_branch.swapped(key, recorded.order)) is not None:
+                self._diverge(missed, describe(kind, ran), key, "swapped")
+        elif recorded.order is not None and self._earlier_unreached(recorded.order):
             return self._judge_swap(key, kind, ran, recorded.order)
         return None
 
@@ -253,6 +274,8 @@ class ReplayChecks:
     async def behind(self) -> bool:
         """Whether recorded steps of the body remain that this pass has not reached
         (the run passed this point on older code), once other branches caught up."""
+        if self._by_branch is not None:
+            return self._by_branch.behind()
         if not self._has_unreached():
             return False
         await self._wait_for_branches(self._has_unreached)
@@ -356,7 +379,7 @@ class ReplayChecks:
             if self._count != before:
                 last, turns = loop.time(), 0
 
-    def _diverge(self, missed: str, found: str, key: str, how: str) -> None:
+    def _diverge(self, missed: str, found: str, key: str, how: str) -> NoReturn:
         step = self._steps[missed]
         if how == "new":
             reason = "a recorded step was not reached before a new one started"

@@ -34,6 +34,28 @@ def step_key(name: str, seen: int, scheme: int, branch: str = "") -> str:
     return name if seen == 0 else f"{name}#{seen}"
 
 
+def key_branch(key: str) -> str:
+    """The branch of the body a scheme-3 step key names after its ``@`` ("" for the
+    body itself: a key with no unescaped ``@``)."""
+    end = len(key)
+    hash_at = key.rfind("#")
+    if hash_at > 0 and key[hash_at + 1 :].isdigit() and _unescaped(key, hash_at):
+        end = hash_at
+    at = key.rfind("@", 0, end)
+    if at < 0 or not _unescaped(key, at):
+        return ""
+    path = key[at + 1 : end]
+    return path if path and path.replace(".", "").isdigit() else ""
+
+
+def _unescaped(key: str, i: int) -> bool:
+    """Whether ``key[i]`` is preceded by an even number of backslashes."""
+    n = 0
+    while i - n - 1 >= 0 and key[i - n - 1] == "\\":
+        n += 1
+    return n % 2 == 0
+
+
 def compensation_key(key: str) -> str:
     """The key of the step that undoes step ``key``."""
     return f"compensate:{key}"

@@ -80,14 +80,16 @@ class PassState:
         self.status: RunState = run.status
         #: A compensating run replays only to learn its compensations.
         self.replay_only = run.status == "compensating"
+        #: How the steps the body reaches are keyed (by branch of the body).
+        self.names = StepNames(run.key_scheme)
         #: What this pass reached of the recorded steps (divergence, patches).
-        self.checks = ReplayChecks(self.steps, enabled=not self.replay_only)
+        self.checks = ReplayChecks(
+            self.steps, enabled=not self.replay_only, branches=self.names.by_branch()
+        )
         self.compensations: dict[str, Callable[[Any], Any]] = {}
         self.traceparent: str | None = run.wire.get("traceparent")
         #: Set when the pass ended because this process is shutting down.
         self.requeue = False
-        #: How the steps the body reaches are keyed (by branch of the body).
-        self.names = StepNames(run.key_scheme)
         # The outcomes the run's journal holds, as far as this pass wrote them.
         self._journal: dict[str, StepRecord] = dict(run.journal)
         # Whether the store may write outcomes to their step records instead (then a
@@ -177,6 +179,7 @@ class PassState:
             raise Parked()
         if self.checks.mismatch is not None:
             raise Diverged(self.checks.mismatch)  # a divergent pass starts nothing more
+        self.names.refuse_late()  # a branch that outlived the body starts nothing
         outcomes, done, forget = await self._take()
         order, group = self.checks.placing(key)
         started = utcnow()

@@ -51,8 +51,10 @@ class DryReplay:
     def __init__(self, run: RunRecord, steps: dict[str, StepRecord]) -> None:
         self.run = run
         self.steps = steps
-        self.checks = ReplayChecks(steps, enabled=run.status != "compensating")
         self.names = StepNames(run.key_scheme)
+        self.checks = ReplayChecks(
+            steps, enabled=run.status != "compensating", branches=self.names.by_branch()
+        )
 
     @property
     def run_id(self) -> str:

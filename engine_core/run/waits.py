@@ -114,6 +114,7 @@ async def _run_here(p: PassState, job: StepRecord, slot: JobSlot) -> StepRecord 
     the pass waits (no park, no replay). Inserted first and started second: a stop
     that lands in between fences the start, and the job goes back on the queue unrun.
     Returns the job as recorded, or None when the pass must park instead."""
+    p.names.refuse_late()  # before the insert: a branch that outlived the body arms nothing
     holder = p.runtime.instance_id
     claimed = claim(job, holder, p.runtime.config.lease_ttl).apply(job)
     slot.hold(claimed)
