@@ -73,8 +73,9 @@ class Branch:
         "_batch_live",
         "_busy",
         "_called",
-        "_callers",
         "_counts",
+        "_first",
+        "_shared",
         "_spawned",
         "_unnamed",
         "closed",
@@ -113,8 +114,10 @@ class Branch:
         self._batch_live = 0
         self._called = False  # a call of its own since its batch began
         self._counts: dict[str, int] = {}
-        # The tasks that reached each name, and the names an unnamed task reached.
-        self._callers: dict[str, set[asyncio.Task[Any] | None]] = {}
+        # The first task that reached each name, the names another task reached too,
+        # and the names a task the factory did not name reached.
+        self._first: dict[str, asyncio.Task[Any] | None] = {}
+        self._shared: set[str] = set()
         self._unnamed: set[str] = set()
 
     # ---- creating tasks ----------------------------------------------------------
@@ -150,16 +153,9 @@ class Branch:
 
     # ---- calls ---------------------------------------------------------------------
 
-    @contextmanager
-    def calling(self) -> Iterator[None]:
-        """Around one call on the context: tasks made meanwhile are the engine's (or
-        the step's), not the body's."""
-        self._busy += 1
-        self._called = True
-        try:
-            yield
-        finally:
-            self._busy -= 1
+    def end_call(self) -> None:
+        """The call :meth:`StepNames.begin_call` began has ended."""
+        self._busy -= 1
 
     def ordinal(self, name: str, task: asyncio.Task[Any] | None, named: bool) -> int:
         """The ordinal of this call of ``name`` among this branch's, and whether an
@@ -167,11 +163,12 @@ class Branch:
         which is which on the next pass)."""
         seen = self._counts.get(name, 0)
         self._counts[name] = seen + 1
-        callers = self._callers.setdefault(name, set())
-        callers.add(task)
+        first = self._first.setdefault(name, task)
+        if first is not task:
+            self._shared.add(name)
         if not named:
             self._unnamed.add(name)
-        if name in self._unnamed and len(callers) > 1:
+        if name in self._shared and name in self._unnamed:
             raise Ambiguous(name, seen)
         return seen
 
@@ -256,17 +253,19 @@ class StepNames:
             if asyncio.current_task() is not self.root.task:
                 raise asyncio.CancelledError("the pass of this branch of the body is over")
 
-    @contextmanager
-    def calling(self) -> Iterator[None]:
-        """Around one call on the context (see :meth:`Branch.calling`); refused to a
-        branch still running once the body ended (:meth:`refuse_late`)."""
+    def begin_call(self) -> Branch | None:
+        """A call on the context begins: until :meth:`Branch.end_call`, the tasks the
+        running task makes are not the body's (the engine's, or a step's), and the
+        branch's next task opens a new batch. Returns the branch to end the call on
+        (None: a task the factory did not name). Refused to a branch still running
+        once the body ended (:meth:`refuse_late`)."""
         self.refuse_late()
         branch, _, named = here(self.root)
         if not named:
-            yield
-            return
-        with branch.calling():
-            yield
+            return None
+        branch._busy += 1
+        branch._called = True
+        return branch
 
 
 # ---- the task factory ------------------------------------------------------------

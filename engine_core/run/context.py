@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable, Coroutine
-from contextlib import AbstractContextManager
 from typing import (
     Any,
     Literal,
@@ -20,7 +19,7 @@ from engine_core.convert import declared_return, from_json
 from engine_core.durations import Duration
 from engine_core.errors import StoreUnavailableError
 from engine_core.outages import StoreDown
-from engine_core.run.branches import mark_call
+from engine_core.run.branches import StepNames, mark_call
 from engine_core.values import check_name
 
 
@@ -92,8 +91,9 @@ class StepRunner(Protocol):
 
     async def write_stream(self, key: str, value: Any, *, closed: bool = False) -> None: ...
 
-    def calling(self) -> AbstractContextManager[None]:
-        """Around each call on the context (see ``engine_core.run.branches``)."""
+    @property
+    def names(self) -> StepNames:
+        """How the body's calls are keyed, branch by branch (``engine_core.run.branches``)."""
         ...
 
 
@@ -115,12 +115,14 @@ def _checkpointed(
 
     @functools.wraps(method)
     async def call(*args: _P.args, **kwargs: _P.kwargs) -> _T:
-        ctx = cast(WorkflowContext, args[0])
-        with ctx._pass.calling():
-            try:
-                return await method(*args, **kwargs)
-            except StoreUnavailableError as exc:
-                raise StoreDown() from exc
+        branch = cast(WorkflowContext, args[0])._pass.names.begin_call()
+        try:
+            return await method(*args, **kwargs)
+        except StoreUnavailableError as exc:
+            raise StoreDown() from exc
+        finally:
+            if branch is not None:
+                branch.end_call()
 
     mark_call(call)
     return call

@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, NoReturn, TypeVar
 
@@ -150,10 +149,6 @@ class PassState:
             self.checks.cannot_tell_apart(exc.key, name)
         self.checks.note_group(key, group)
         return key
-
-    def calling(self) -> AbstractContextManager[None]:
-        """Around each call the body makes on its context."""
-        return self.names.calling()
 
     def finished(self, key: str) -> StepRecord | None:
         """The step's record if it has finished; raises its failure if it failed."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
-from contextlib import AbstractContextManager, aclosing
+from contextlib import aclosing
 from typing import Any, Literal
 
 from engine_core.convert import declared_parameter
@@ -66,9 +66,6 @@ class DryReplay:
 
     async def write_stream(self, key: str, value: Any, *, closed: bool = False) -> None:
         """A dry replay writes nothing."""
-
-    def calling(self) -> AbstractContextManager[None]:
-        return self.names.calling()
 
     async def _recorded(self, name: str, kind: str, ran: str | None) -> Any:
         check_name(name, "step name")
