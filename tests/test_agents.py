@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from pydantic import BaseModel
-from pydantic_ai import Agent, ModelRetry, RunContext
+from pydantic_ai import Agent, FunctionToolset, ModelRetry, RunContext
 from pydantic_ai.exceptions import UserError
 from pydantic_ai.messages import ModelResponse, ToolReturnPart
 from pydantic_ai.models.test import TestModel
@@ -191,6 +191,27 @@ def test_bad_options_and_a_nameless_agent_are_refused_at_construction() -> None:
         Agent(TestModel(), capabilities=[PikkuDurability()])
     agent = Agent(TestModel(), capabilities=[PikkuDurability(name="helper")])
     assert agent.name is None  # the capability names its steps
+
+
+async def test_a_toolset_given_to_a_run_inside_a_workflow_is_refused(engine: Engine) -> None:
+    # Its calls would not be steps: they would run again on every replay.
+    extras = FunctionToolset[None](id="extras")
+
+    @extras.tool_plain
+    async def extra() -> str:
+        return "x"
+
+    agent = support_agent(Script([call("extra")], "done"), [])
+
+    @engine.workflow("runtime-toolset")
+    async def runtime_toolset(ctx: WorkflowContext, data: Any) -> str:
+        return (await agent.run("hi", toolsets=[extras])).output
+
+    async with engine:
+        run_id = await engine.start("runtime-toolset")
+        with pytest.raises(WorkflowRunFailedError, match="agent constructor"):
+            await engine.result(run_id, timeout=10)
+    assert (await support_agent(Script("fine"), []).run("hi", toolsets=[extras])).output == "fine"
 
 
 async def test_a_failing_model_request_is_retried_and_a_failing_tool_fails_the_run(
