@@ -1,7 +1,7 @@
 """The hooks integrations wrap a workflow body's code with (``engine_core.pydantic_ai``
 uses them): the body's context as the running code sees it, tasks adopted by the branch
-that runs a library, and a task that keeps its own branch when a library copies another
-task's context variables into it."""
+that runs a library, a task that keeps its own branch when a library copies another
+task's context variables into it, and outcomes held for the next step's write."""
 
 from __future__ import annotations
 
@@ -10,9 +10,11 @@ import contextvars
 import random
 from typing import Any
 
+import pytest
+
 from engine_core import Engine, WorkflowContext
+from engine_core.run.body_hooks import current_workflow_context, holding_outcomes
 from engine_core.run.branches import adopting_tasks, branch_path
-from engine_core.run.context import current_workflow_context
 
 
 async def test_the_running_code_finds_the_bodys_context_but_not_inside_a_step(
@@ -89,3 +91,55 @@ async def test_a_task_keeps_its_branch_when_another_tasks_context_is_copied_into
         run_id = await engine.start("copied")
         assert await engine.result(run_id, timeout=10) == ""
     assert list((await engine.status(run_id)).steps) == ["mine"]
+
+
+async def noop() -> None:
+    return None
+
+
+@pytest.mark.parametrize("hold", [0.0, 5.0])
+async def test_under_a_hold_outcomes_ride_the_next_steps_write(engine: Engine, hold: float) -> None:
+    # The body yields between its steps while it computes: without a hold each outcome
+    # is written on its own as soon as it yields; under one, the next step's write
+    # carries it (and the run's last write the last one).
+    writes: list[int] = []
+    record_steps = engine.store.record_steps
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        writes.append(1)
+        return await record_steps(*args, **kwargs)
+
+    engine.store.record_steps = counted  # type: ignore[method-assign]
+
+    @engine.workflow("held")
+    async def held(ctx: WorkflowContext, data: Any) -> None:
+        with holding_outcomes(hold):
+            for i in range(5):
+                await ctx.step(f"s{i}", noop)
+                for _ in range(3):
+                    await asyncio.sleep(0)
+
+    async with engine:
+        await engine.result(await engine.start("held"), timeout=10)
+    assert (len(writes) == 0) if hold else (len(writes) >= 4)
+
+
+async def test_a_held_outcome_is_written_once_the_hold_is_over(engine: Engine) -> None:
+    seen = asyncio.Event()
+
+    @engine.workflow("waits")
+    async def waits(ctx: WorkflowContext, data: Any) -> None:
+        with holding_outcomes(0.05):
+            await ctx.step("s", noop)
+            await seen.wait()  # no step comes: the outcome is written on its own
+
+    async with engine:
+        run_id = await engine.start("waits")
+        for _ in range(250):
+            steps = (await engine.status(run_id)).steps
+            if "s" in steps and steps["s"].status == "succeeded":
+                break
+            await asyncio.sleep(0.02)
+        seen.set()
+        await engine.result(run_id, timeout=10)
+    assert steps["s"].status == "succeeded"

@@ -45,7 +45,7 @@ LAYERS: list[set[str]] = [
         "flow.starts",
         "fleet.registry",
     },
-    {"testing.builders", "run.reentry", "run.streams", "run.signals"},
+    {"testing.builders", "run.reentry", "run.streams", "run.signals", "run.body_hooks"},
     {
         "run.attempt",
         "run.control",

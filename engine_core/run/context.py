@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable, Coroutine, Iterator
-from contextlib import AbstractContextManager, contextmanager
-from contextvars import ContextVar
+from collections.abc import Awaitable, Callable, Coroutine
+from contextlib import AbstractContextManager
 from typing import (
     Any,
     Literal,
@@ -22,7 +21,6 @@ from engine_core.durations import Duration
 from engine_core.errors import StoreUnavailableError
 from engine_core.outages import StoreDown
 from engine_core.run.branches import mark_call
-from engine_core.run.step_info import current_step
 from engine_core.values import check_name
 
 
@@ -459,32 +457,6 @@ class WorkflowContext:
         """Once no run from before patch ``patch_id`` remains: records nothing and
         accepts runs with or without its marker."""
         check_name(patch_id, "patch id")
-
-
-#: The context of the workflow body the running code belongs to (set around the body;
-#: the tasks the body creates inherit it).
-_BODY: ContextVar[WorkflowContext | None] = ContextVar("engine_core_body", default=None)
-
-
-def current_workflow_context() -> WorkflowContext | None:
-    """The :class:`WorkflowContext` of the workflow body the running code is part of (in
-    the body's own task or one it created); None elsewhere, and inside a step, whose code
-    runs once instead of on every replay. For integrations that make the calls on the
-    context for the code they wrap (``engine_core.pydantic_ai``)."""
-    ctx = _BODY.get()
-    if ctx is None or current_step() is not None:
-        return None
-    return ctx
-
-
-@contextmanager
-def running_body(ctx: WorkflowContext) -> Iterator[None]:
-    """Around a pass's (or a dry replay's) run of the body that ``ctx`` is handed to."""
-    token = _BODY.set(ctx)
-    try:
-        yield
-    finally:
-        _BODY.reset(token)
 
 
 def registered_name(fn: Callable[..., Any], kind: str) -> str | None:

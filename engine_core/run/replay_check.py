@@ -19,8 +19,9 @@ from engine_core.convert import declared_parameter
 from engine_core.durations import Duration
 from engine_core.journal import merged
 from engine_core.records import RunRecord, StepRecord
+from engine_core.run.body_hooks import running_body
 from engine_core.run.branches import Ambiguous, StepNames
-from engine_core.run.context import WorkflowContext, as_declared, running_body
+from engine_core.run.context import WorkflowContext, as_declared
 from engine_core.run.divergence import Diverged, ReplayChecks, callable_name
 from engine_core.run.patches import check_patch_id, has_marker
 from engine_core.run.signals import stored_failure

@@ -23,7 +23,8 @@ from engine_core.errors import NotSerializableError, StepFailedError, StoreUnava
 from engine_core.outages import StoreDown
 from engine_core.records import RunState, StepRecord, utcnow
 from engine_core.run.attempt import error_info
-from engine_core.run.context import ValueMismatch, WorkflowContext, as_declared, running_body
+from engine_core.run.body_hooks import running_body
+from engine_core.run.context import ValueMismatch, WorkflowContext, as_declared
 from engine_core.run.divergence import Mismatch
 from engine_core.run.keys import compensation_key
 from engine_core.run.pass_state import PassState
