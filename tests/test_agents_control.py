@@ -203,3 +203,28 @@ async def test_without_an_event_handler_the_tool_calls_events_are_written(
         "function_tool_call",
         "function_tool_result",
     ]
+
+
+async def test_an_event_too_large_for_an_entry_is_written_as_a_stand_in(engine: Engine) -> None:
+    agent = Agent(
+        Script([call("big")], "done").model(), name="support", capabilities=[PikkuDurability()]
+    )
+
+    @agent.tool_plain
+    async def big() -> str:
+        return "x" * 300_000  # its result event is over an entry's 256 KiB
+
+    @engine.workflow("big")
+    async def big_wf(ctx: WorkflowContext, data: Any) -> str:
+        return (await agent.run("hi")).output
+
+    async with engine:
+        run_id = await engine.start("big")
+        assert await engine.result(run_id, timeout=10) == "done"
+        entries = [e.value async for e in engine.read_stream(run_id, "agent", timeout=5)]
+    assert entries[1] == {
+        "agent": "support",
+        "agent_run_id": f"{run_id}:agent-0",
+        "event": {"event_kind": "function_tool_result"},
+        "omitted": True,
+    }

@@ -50,10 +50,16 @@ from pydantic_ai.tools import AgentDepsT, RunContext, ToolDefinition
 from engine_core.errors import InvalidOptionError, NotSerializableError
 from engine_core.pydantic_ai.events import write_event
 from engine_core.pydantic_ai.units import StepBackend, step_options, tool_call_scope
+from engine_core.run.body_hooks import current_workflow_context, holding_outcomes
 from engine_core.run.branches import adopting_tasks, branch_path
-from engine_core.run.context import WorkflowContext, current_workflow_context
+from engine_core.run.context import WorkflowContext
 from engine_core.values import check_retries
 
+#: How long a finished unit's outcome waits for the next unit's write to carry it:
+#: pydantic-ai yields to the loop between an agent's units (its graph runs each node in
+#: a task) while it only computes, so without a hold each outcome would be written on its
+#: own, two writes a step instead of one.
+OUTCOME_HOLD_S = 0.05
 #: Agent runs started with no run id so far in each pass, by branch of the body.
 _RUNS: WeakKeyDictionary[WorkflowContext, dict[str, int]] = WeakKeyDictionary()
 
@@ -177,7 +183,11 @@ class PikkuDurability(BaseDurabilityCapability[AgentDepsT]):
         # stream entries and handler steps they make, are the same on every pass.
         mode = ToolManager.get_parallel_execution_mode(cast(Any, None))
         mode = "parallel_ordered_events" if mode == "parallel" else mode
-        with adopting_tasks(), agent.parallel_tool_call_execution_mode(mode):
+        with (
+            adopting_tasks(),
+            holding_outcomes(OUTCOME_HOLD_S),
+            agent.parallel_tool_call_execution_mode(mode),
+        ):
             return await super().wrap_run(ctx, handler=handler)
 
     async def wrap_tool_validate(
