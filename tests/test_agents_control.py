@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from pydantic import TypeAdapter
-from pydantic_ai import Agent, RunContext
+from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults, RunContext
 from pydantic_ai.messages import AgentStreamEvent
 
 from engine_core import Engine, WorkflowContext, WorkflowRunCancelledError
@@ -29,6 +29,12 @@ def lookup_agent(script: Script, ran: list[int], tool: str = "lookup", **options
 
     agent.tool_plain(name=tool)(lookup)
     return agent
+
+
+async def drain(ctx: RunContext[None], events: Any) -> None:
+    """An ``event_stream_handler`` that only takes the events."""
+    async for _ in events:
+        pass
 
 
 async def wait_for(engine: Engine, run_id: str, step: str) -> None:
@@ -185,10 +191,8 @@ async def _written(engine: Engine, run_id: str) -> int:
     return await engine.store.stream_length(run_id, "agent")
 
 
-async def test_without_an_event_handler_the_tool_calls_events_are_written(
-    engine: Engine,
-) -> None:
-    # With no handler, pydantic-ai streams only its tool calls' events (not the model's).
+async def test_a_run_without_an_event_handler_writes_no_events(engine: Engine) -> None:
+    # pydantic-ai streams its tool calls' events through the capability even so.
     agent = lookup_agent(Script([call("lookup", id=1)], "done"), [])
 
     @engine.workflow("quiet")
@@ -198,11 +202,48 @@ async def test_without_an_event_handler_the_tool_calls_events_are_written(
     async with engine:
         run_id = await engine.start("quiet")
         assert await engine.result(run_id, timeout=10) == "done"
-        entries = [e async for e in engine.read_stream(run_id, "agent", timeout=5)]
-    assert [e.value["event"]["event_kind"] for e in entries] == [
-        "function_tool_call",
-        "function_tool_result",
-    ]
+    assert await engine.store.stream_length(run_id, "agent") == 0
+
+
+async def test_a_resumed_runs_first_events_are_written_once_it_streams(engine: Engine) -> None:
+    # A run resumed with approvals runs the approved call before its first model
+    # request: its events wait for that request, which streams (a handler is given).
+    ran: list[int] = []
+    script = Script([call("refund", id=7)], "refunded")
+    agent = Agent(
+        script.model(),
+        name="support",
+        output_type=[str, DeferredToolRequests],
+        capabilities=[PikkuDurability()],
+    )
+
+    @agent.tool_plain(requires_approval=True)
+    async def refund(id: int) -> str:
+        ran.append(id)
+        return "ok"
+
+    @engine.workflow("approved")
+    async def approved(ctx: WorkflowContext, data: Any) -> str:
+        first = await agent.run("refund 7", event_stream_handler=drain)
+        assert isinstance(first.output, DeferredToolRequests)
+        results = DeferredToolResults(
+            approvals={c.tool_call_id: True for c in first.output.approvals}
+        )
+        second = await agent.run(
+            message_history=first.all_messages(),
+            deferred_tool_results=results,
+            event_stream_handler=drain,
+        )
+        return str(second.output)
+
+    async with engine:
+        run_id = await engine.start("approved")
+        assert await engine.result(run_id, timeout=10) == "refunded"
+        entries = [e.value async for e in engine.read_stream(run_id, "agent", timeout=5)]
+    kinds = [(e["agent_run_id"][-7:], e["event"]["event_kind"]) for e in entries]
+    assert ("agent-1", "function_tool_result") in kinds  # the approved refund's
+    assert kinds.index(("agent-1", "function_tool_call")) < kinds.index(("agent-1", "part_start"))
+    assert ran == [7]
 
 
 async def test_an_event_too_large_for_an_entry_is_written_as_a_stand_in(engine: Engine) -> None:
@@ -216,13 +257,14 @@ async def test_an_event_too_large_for_an_entry_is_written_as_a_stand_in(engine: 
 
     @engine.workflow("big")
     async def big_wf(ctx: WorkflowContext, data: Any) -> str:
-        return (await agent.run("hi")).output
+        return (await agent.run("hi", event_stream_handler=drain)).output
 
     async with engine:
         run_id = await engine.start("big")
         assert await engine.result(run_id, timeout=10) == "done"
         entries = [e.value async for e in engine.read_stream(run_id, "agent", timeout=5)]
-    assert entries[1] == {
+    (result,) = [e for e in entries if e["event"]["event_kind"] == "function_tool_result"]
+    assert result == {
         "agent": "support",
         "agent_run_id": f"{run_id}:agent-0",
         "event": {"event_kind": "function_tool_result"},

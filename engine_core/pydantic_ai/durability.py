@@ -16,6 +16,11 @@ timing when tool calls run in parallel:
 - A tool call's steps are named by its place in its model response (``...:lookup[1]``
   for the second call of a response that made several), never by the order in which the
   calls get to run: see :func:`engine_core.pydantic_ai.units.call_label`.
+
+Under the agent's run a unit's outcome also waits a moment for the next unit's write
+(``holding_outcomes``): one write per unit, though pydantic-ai yields to the loop between
+units. The events a run streams to a handler go to the run's stream ``"agent"``
+(:mod:`engine_core.pydantic_ai.events`).
 """
 
 from __future__ import annotations
@@ -48,7 +53,7 @@ from pydantic_ai.tool_manager import ToolManager
 from pydantic_ai.tools import AgentDepsT, RunContext, ToolDefinition
 
 from engine_core.errors import InvalidOptionError, NotSerializableError
-from engine_core.pydantic_ai.events import write_event
+from engine_core.pydantic_ai.events import AgentEvents, agent_events, run_events
 from engine_core.pydantic_ai.units import StepBackend, step_options, tool_call_scope
 from engine_core.run.body_hooks import current_workflow_context, holding_outcomes
 from engine_core.run.branches import adopting_tasks, branch_path
@@ -87,15 +92,18 @@ async def _now() -> datetime:
 
 @dataclass(init=False, kw_only=True)
 class PikkuDurability(BaseDurabilityCapability[AgentDepsT]):
-    """Makes an agent durable inside pikku-mongo workflows.
+    """Makes an agent durable inside pikku-mongo workflows (docs/guides/agents.md).
 
-    Inside a workflow body, each model request, tool call (function, MCP or dynamic
-    tool) and MCP call of the agent is one step of the run; outside one, the agent runs
-    as it would without this capability. ``model_retries`` and ``tool_retries`` are the
-    steps' ``retries`` by role (waiting ``"exponential"`` between attempts); ``name``
-    names the agent's steps in place of the agent's own ``name``; ``models`` registers
-    models the run may switch to and ``event_stream_handler`` handles the agent's
-    events in steps of their own (both as pydantic-ai's durability capabilities do).
+    Inside a workflow body, each model request and tool call of the agent (function
+    tools, MCP servers' and dynamic toolsets' tools) and each MCP server's tool listing
+    is one step of the run; outside one, the agent runs as it would without this
+    capability. ``model_retries`` are the model requests' step retries and
+    ``tool_retries`` every other step's, waiting ``"exponential"`` between attempts.
+    ``name`` names the agent's steps in place of the agent's own ``name`` (one of them
+    is required). ``models`` registers models a run may switch to, and
+    ``event_stream_handler`` handles the run's events in steps, as in pydantic-ai's
+    other durability capabilities. An unknown option raises ``TypeError``; a bad count
+    of retries, :class:`~engine_core.InvalidOptionError`.
     """
 
     engine_spec = DurabilityEngineSpec(
@@ -177,18 +185,25 @@ class PikkuDurability(BaseDurabilityCapability[AgentDepsT]):
         self, ctx: RunContext[AgentDepsT], *, handler: WrapRunHandler
     ) -> AgentRunResult[Any]:
         agent = self._agent
-        if not self.in_durable_context or agent is None:
+        workflow = current_workflow_context()
+        if workflow is None or agent is None:
             return await super().wrap_run(ctx, handler=handler)
         # Result events in the order of the calls, not of their ends: the events, and the
         # stream entries and handler steps they make, are the same on every pass.
         mode = ToolManager.get_parallel_execution_mode(cast(Any, None))
         mode = "parallel_ordered_events" if mode == "parallel" else mode
+        events = AgentEvents(workflow, self.name, handler=self._event_stream_handler is not None)
+        # pydantic-ai copies the context variables set here into the task that runs the
+        # agent, whose tasks inherit them.
         with (
             adopting_tasks(),
             holding_outcomes(OUTCOME_HOLD_S),
+            agent_events(events),
             agent.parallel_tool_call_execution_mode(mode),
         ):
-            return await super().wrap_run(ctx, handler=handler)
+            result = await super().wrap_run(ctx, handler=handler)
+        await events.end()
+        return result
 
     async def wrap_tool_validate(
         self,
@@ -225,11 +240,11 @@ class PikkuDurability(BaseDurabilityCapability[AgentDepsT]):
         stream: AsyncIterable[AgentStreamEvent],
     ) -> AsyncIterator[AgentStreamEvent]:
         inner = super().wrap_run_event_stream(ctx, stream=stream)
-        workflow = current_workflow_context()
+        events = run_events() if self.in_durable_context else None
         try:
             async for event in inner:
-                if workflow is not None:
-                    await write_event(workflow, self.name, ctx.run_id, event)
+                if events is not None:
+                    await events.event(ctx.run_id, event)
                 yield event
         finally:
             await cast(Any, inner).aclose()

@@ -22,11 +22,13 @@ from dataclasses import dataclass
 from pydantic_ai.durable_exec import (
     DurableOperationId,
     JournalCallableOperationBackend,
+    ModelRequestId,
     RoleBasedOperationConfig,
 )
 from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
 
 from engine_core.durations import Duration
+from engine_core.pydantic_ai.events import run_events
 from engine_core.run.body_hooks import current_workflow_context
 
 Unit = Callable[[], Awaitable[object]]
@@ -118,6 +120,8 @@ class StepBackend(JournalCallableOperationBackend[StepOptions]):
         ctx = current_workflow_context()
         if ctx is None:  # pydantic-ai asks for units only where in_durable_context holds
             raise RuntimeError(f"the durable unit {name!r} was called outside a workflow body")
+        if isinstance(operation_id, ModelRequestId) and (events := run_events()) is not None:
+            await events.model_request(operation_id.streaming)
         return await ctx.step(
             name + _CALL_LABEL.get(),
             config.runner,
