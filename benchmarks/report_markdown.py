@@ -244,6 +244,37 @@ def _rows(r: Results) -> list[Row]:
         if t1 is not None:
             rows.append((title, unit, "—", render(t1), "—", "—", "—", "—"))
 
+    # A1: a durable agent against plain steps.
+    a1_cells = []
+    for system in ("memory", "mongo"):
+        a1 = r.get("A1", system)
+        a1_cells.append(
+            "n/a"
+            if a1 is None
+            else f"{num(a1.extra.get('extra_cpu_ms', 0))} ({num(a1.extra.get('cpu_ms', 0))})"
+        )
+    a1_mongo = r.get("A1", "mongo")
+    a1_cmds = (
+        "n/a"
+        if a1_mongo is None
+        else f"{num(a1_mongo.extra.get('commands_per_step', 0))} "
+        f"({num(a1_mongo.extra.get('extra_commands_per_step', 0))} beyond)"
+    )
+    if any(cell != "n/a" for cell in a1_cells):
+        rows.append(
+            (
+                f"A1: a durable agent, {z.a1_runs} runs {X} {2 * z.a1_turns + 1} model "
+                "requests and tool calls, against as many plain ctx.step steps",
+                "CPU ms per step beyond a plain step (all in)",
+                a1_cells[0],
+                a1_cells[1],
+                "—",
+                "—",
+                "—",
+                a1_cmds,
+            )
+        )
+
     # W6: recovery passes over parked runs.
     titles = {
         "due": "W6: one recovery pass over {n} runs whose sleeps fell due",
