@@ -216,12 +216,18 @@ class Suite:
         if reps:
             self.results.summaries.append(summarise(workload, "dbos", "", reps))
 
+    def ours(self) -> list[tuple[StoreKind, str | None]]:
+        """Our stores to measure: in memory, and on MongoDB when there is a server."""
+        both: tuple[StoreKind, ...] = ("memory", "mongo")
+        return [
+            (kind, self.uri if kind == "mongo" else None)
+            for kind in both
+            if kind in self.systems and (kind == "memory" or self.uri is not None)
+        ]
+
     async def w5(self) -> None:
         z = self.z
-        for kind in ("memory", "mongo"):
-            if kind not in self.systems or (kind == "mongo" and self.uri is None):
-                continue
-            uri = self.uri if kind == "mongo" else None
+        for kind, uri in self.ours():
             await self.measure(
                 "W5",
                 kind,
@@ -326,10 +332,7 @@ class Suite:
         from benchmarks.agents import agent_steps
 
         z = self.z
-        for kind in ("memory", "mongo"):
-            if kind not in self.systems or (kind == "mongo" and self.uri is None):
-                continue
-            uri = self.uri if kind == "mongo" else None
+        for kind, uri in self.ours():
             await self.measure(
                 "A1",
                 kind,

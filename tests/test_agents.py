@@ -26,7 +26,14 @@ from engine_core import (
     WorkflowRunFailedError,
 )
 from engine_core.pydantic_ai import PikkuDurability
-from tests.support.agents import Script, call, responses
+from tests.support.agents import (
+    Script,
+    call,
+    durable_agent,
+    replayed,
+    responses,
+    run_agent,
+)
 
 TOOL = "support__function_toolset__<agent>.call_tool\\:lookup"
 MODEL = "support__model.request"
@@ -55,17 +62,6 @@ def support_agent(
         return Order(id, 12.5)
 
     return agent
-
-
-async def parked_after_agent(engine: Engine, run_id: str) -> None:
-    await until_status(engine, run_id, lambda s: "go" in s.steps)
-
-
-async def until_status(engine: Engine, run_id: str, check: Any, limit: float = 10) -> None:
-    deadline = asyncio.get_running_loop().time() + limit
-    while not check(await engine.status(run_id)):
-        assert asyncio.get_running_loop().time() < deadline, await engine.status(run_id)
-        await asyncio.sleep(0.02)
 
 
 async def test_model_requests_and_tool_calls_are_steps_of_the_run(engine: Engine) -> None:
@@ -106,17 +102,15 @@ async def test_a_replay_gives_back_equal_values_of_the_same_types(engine: Engine
     passes: list[AgentRunResult[Answer]] = []
 
     @engine.workflow("typed")
-    async def typed(ctx: WorkflowContext, question: str) -> Answer:
-        result = await agent.run(question)
+    async def typed(ctx: WorkflowContext, data: Any) -> Answer:
+        result = await agent.run("How much?")
         passes.append(result)
         await ctx.wait_for_event("go")
         return result.output
 
     async with engine:
-        run_id = await engine.start("typed", "How much?")
-        await parked_after_agent(engine, run_id)
-        await engine.send_event(run_id, "go", None)
-        assert await engine.result(run_id, timeout=10) == Answer(text="12.5", order_id=7)
+        run_id, output = await replayed(engine, "typed")
+    assert output == Answer(text="12.5", order_id=7)
     assert (script.calls, ran) == (2, [7])  # the replay ran nothing again
     first, second = passes
     assert first.output == second.output and type(second.output) is Answer
@@ -225,24 +219,15 @@ async def test_a_failing_model_request_is_retried_and_a_failing_tool_fails_the_r
 
     ran: list[Any] = []
     agent = support_agent(Script([call("lookup", id=1)], "done", before=flaky), ran)
-    broken = Agent(
-        Script([call("explode")], "never").model(),
-        name="broken",
-        capabilities=[PikkuDurability(tool_retries=0)],
-    )
+    broken = durable_agent(Script([call("explode")], "never"), "broken", tool_retries=0)
 
     @broken.tool_plain
     async def explode() -> str:
         ran.append("explode")
         raise ValueError("the tool broke")
 
-    @engine.workflow("flaky")
-    async def flaky_wf(ctx: WorkflowContext, data: Any) -> str:
-        return (await agent.run("hi")).output
-
-    @engine.workflow("broken")
-    async def broken_wf(ctx: WorkflowContext, data: Any) -> str:
-        return (await broken.run("hi")).output
+    run_agent(engine, "flaky", agent)
+    run_agent(engine, "broken", broken)
 
     async with engine:
         ok = await engine.start("flaky")
@@ -260,7 +245,7 @@ async def test_a_failing_model_request_is_retried_and_a_failing_tool_fails_the_r
 async def test_model_retry_keeps_its_meaning(engine: Engine) -> None:
     attempts: list[int] = []
     script = Script([call("lookup", id=1)], [call("lookup", id=2)], "found it")
-    agent = Agent(script.model(), name="support", capabilities=[PikkuDurability()])
+    agent = durable_agent(script)
 
     @agent.tool_plain
     async def lookup(id: int) -> str:
@@ -269,17 +254,10 @@ async def test_model_retry_keeps_its_meaning(engine: Engine) -> None:
             raise ModelRetry("no order 1: try order 2")
         return "order 2"
 
-    @engine.workflow("retrying")
-    async def retrying(ctx: WorkflowContext, data: Any) -> str:
-        result = await agent.run("hi")
-        await ctx.wait_for_event("go")
-        return result.output
-
+    run_agent(engine, "retrying", agent, then="go")
     async with engine:
-        run_id = await engine.start("retrying")
-        await parked_after_agent(engine, run_id)
-        await engine.send_event(run_id, "go", None)
-        assert await engine.result(run_id, timeout=10) == "found it"
+        run_id, output = await replayed(engine, "retrying")
+    assert output == "found it"
     assert (attempts, script.calls) == ([1, 2], 3)
     retried = script.seen[1][-1]
     assert "try order 2" in str(retried)
@@ -289,20 +267,14 @@ async def test_model_retry_keeps_its_meaning(engine: Engine) -> None:
 
 async def test_a_value_that_cannot_be_encoded_fails_its_step_at_once(engine: Engine) -> None:
     ran: list[int] = []
-    agent = Agent(
-        Script([call("opaque")], "never").model(),
-        name="support",
-        capabilities=[PikkuDurability(tool_retries=3)],
-    )
+    agent = durable_agent(Script([call("opaque")], "never"), tool_retries=3)
 
     @agent.tool_plain
     async def opaque() -> Any:
         ran.append(1)
         return asyncio.Lock()
 
-    @engine.workflow("opaque")
-    async def opaque_wf(ctx: WorkflowContext, data: Any) -> str:
-        return (await agent.run("hi")).output
+    run_agent(engine, "opaque", agent)
 
     async with engine:
         run_id = await engine.start("opaque")
@@ -329,10 +301,8 @@ async def test_a_run_timeout_counts_from_the_first_start(engine: Engine) -> None
         return result.output
 
     async with engine:
-        run_id = await engine.start("timed")
-        await parked_after_agent(engine, run_id)
-        await engine.send_event(run_id, "go", None)
-        assert await engine.result(run_id, timeout=10) == "hello"
+        run_id, output = await replayed(engine, "timed")
+    assert output == "hello"
     steps = (await engine.status(run_id)).steps
     assert steps["support__run_start_time"].status == "succeeded"
     assert len(deadlines) == 2 and deadlines[0] == deadlines[1] is not None

@@ -14,7 +14,7 @@ from pydantic_ai.messages import AgentStreamEvent
 
 from engine_core import Engine, WorkflowContext, WorkflowRunCancelledError
 from engine_core.pydantic_ai import PikkuDurability
-from tests.support.agents import Script, call
+from tests.support.agents import Script, call, durable_agent, reaches, run_agent
 
 MODEL = "support__model.request"
 TOOL = "support__function_toolset__<agent>.call_tool\\:"
@@ -37,14 +37,6 @@ async def drain(ctx: RunContext[None], events: Any) -> None:
         pass
 
 
-async def wait_for(engine: Engine, run_id: str, step: str) -> None:
-    for _ in range(500):
-        if step in (await engine.status(run_id)).steps:
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"{run_id} never reached {step!r}")
-
-
 async def test_cancelling_the_run_stops_the_agent_at_its_next_step(engine: Engine) -> None:
     entered, release = asyncio.Event(), asyncio.Event()
 
@@ -57,9 +49,7 @@ async def test_cancelling_the_run_stops_the_agent_at_its_next_step(engine: Engin
     script = Script([call("lookup", id=1)], [call("lookup", id=2)], "done", before=hold_second)
     agent = lookup_agent(script, ran)
 
-    @engine.workflow("cancelled")
-    async def cancelled(ctx: WorkflowContext, data: Any) -> str:
-        return (await agent.run("hi")).output
+    run_agent(engine, "cancelled", agent)
 
     async with engine:
         run_id = await engine.start("cancelled")
@@ -81,9 +71,7 @@ async def test_a_fork_reuses_the_model_requests_recorded_before_its_step(
     script = Script([call("lookup", id=1)], [call("lookup", id=2)], "done")
     agent = lookup_agent(script, ran)
 
-    @engine.workflow("forked")
-    async def forked(ctx: WorkflowContext, data: Any) -> str:
-        return (await agent.run("hi")).output
+    run_agent(engine, "forked", agent)
 
     async with engine:
         run_id = await engine.start("forked")
@@ -116,7 +104,7 @@ async def test_changing_the_agents_tools_is_caught_as_a_divergence(
 
     async with old_code:
         run_id = await old_code.start("deployed")
-        await wait_for(old_code, run_id, "go")
+        await reaches(old_code, run_id, "go")
     assert (await old_code.replay_check(workflow="deployed")).diverged == []
     report = await new_code.replay_check(workflow="deployed")
     assert [d.run_id for d in report.diverged] == [run_id]
@@ -157,7 +145,7 @@ async def test_the_agents_events_are_written_once_to_the_runs_stream(engine: Eng
 
     async with engine:
         run_id = await engine.start("streamed")
-        await wait_for(engine, run_id, "go")
+        await reaches(engine, run_id, "go")
         first = [e.value async for e in _entries(engine, run_id)]
         await engine.send_event(run_id, "go", None)
         assert await engine.result(run_id, timeout=10) == "done"
@@ -195,9 +183,7 @@ async def test_a_run_without_an_event_handler_writes_no_events(engine: Engine) -
     # pydantic-ai streams its tool calls' events through the capability even so.
     agent = lookup_agent(Script([call("lookup", id=1)], "done"), [])
 
-    @engine.workflow("quiet")
-    async def quiet(ctx: WorkflowContext, data: Any) -> str:
-        return (await agent.run("hi")).output
+    run_agent(engine, "quiet", agent)
 
     async with engine:
         run_id = await engine.start("quiet")
@@ -247,9 +233,7 @@ async def test_a_resumed_runs_first_events_are_written_once_it_streams(engine: E
 
 
 async def test_an_event_too_large_for_an_entry_is_written_as_a_stand_in(engine: Engine) -> None:
-    agent = Agent(
-        Script([call("big")], "done").model(), name="support", capabilities=[PikkuDurability()]
-    )
+    agent = durable_agent(Script([call("big")], "done"))
 
     @agent.tool_plain
     async def big() -> str:

@@ -3,18 +3,16 @@ so a replay asks the server nothing again (a real MCP server over stdio)."""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
-from typing import Any
 
 from fastmcp.client.transports import PythonStdioTransport
 from pydantic_ai import Agent
 from pydantic_ai.mcp import MCPToolset
 
-from engine_core import Engine, WorkflowContext
+from engine_core import Engine
 from engine_core.pydantic_ai import PikkuDurability
 from tests.support import mcp_orders
-from tests.support.agents import Script, call
+from tests.support.agents import Script, call, replayed, run_agent
 
 
 async def test_mcp_discovery_and_calls_are_steps_of_the_run(engine: Engine, tmp_path: Path) -> None:
@@ -26,20 +24,10 @@ async def test_mcp_discovery_and_calls_are_steps_of_the_run(engine: Engine, tmp_
         script.model(), name="support", toolsets=[orders], capabilities=[PikkuDurability()]
     )
 
-    @engine.workflow("mcp")
-    async def mcp(ctx: WorkflowContext, data: Any) -> str:
-        result = await agent.run("How much is order 7?")
-        await ctx.wait_for_event("go")
-        return result.output
-
+    run_agent(engine, "mcp", agent, then="go")
     async with engine:
-        run_id = await engine.start("mcp")
-        for _ in range(1500):
-            if "go" in (await engine.status(run_id)).steps:
-                break
-            await asyncio.sleep(0.02)
-        await engine.send_event(run_id, "go", None)
-        assert await engine.result(run_id, timeout=30) == "Order 7 costs 12.5 EUR."
+        run_id, output = await replayed(engine, "mcp")
+    assert output == "Order 7 costs 12.5 EUR."
     steps = (await engine.status(run_id)).steps
     assert steps["support__mcp_server__orders.call_tool"].result["result"] == ("order 7: 12.5 EUR")
     assert steps["support__mcp_server__orders.get_tools"].status == "succeeded"

@@ -25,7 +25,7 @@ units. The events a run streams to a handler go to the run's stream ``"agent"``
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, AsyncIterator, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -214,10 +214,8 @@ class PikkuDurability(BaseDurabilityCapability[AgentDepsT]):
         args: RawToolArgs,
         handler: WrapToolValidateHandler,
     ) -> ValidatedToolArgs:
-        if not self.in_durable_context:
-            return await handler(args)
-        with tool_call_scope(call, ctx.messages):
-            return await handler(args)
+        validated: ValidatedToolArgs = await self._as_call(ctx, call, handler, args)
+        return validated
 
     async def wrap_tool_execute(
         self,
@@ -228,6 +226,16 @@ class PikkuDurability(BaseDurabilityCapability[AgentDepsT]):
         args: ValidatedToolArgs,
         handler: WrapToolExecuteHandler,
     ) -> Any:
+        return await self._as_call(ctx, call, handler, args)
+
+    async def _as_call(
+        self,
+        ctx: RunContext[AgentDepsT],
+        call: ToolCallPart,
+        handler: Callable[[Any], Awaitable[Any]],
+        args: Any,
+    ) -> Any:
+        """``handler(args)``, its units named for ``call`` in a workflow body."""
         if not self.in_durable_context:
             return await handler(args)
         with tool_call_scope(call, ctx.messages):

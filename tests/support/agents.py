@@ -1,5 +1,6 @@
-"""Scripted models for the durable-agent tests: pydantic-ai's ``FunctionModel`` answering
-each request of a conversation with the next turn of a script, no provider involved."""
+"""Scripted models for the durable-agent tests (pydantic-ai's ``FunctionModel`` answering
+each request of a conversation with the next turn of a script, no provider involved),
+durable agents on them, and workflows that run an agent."""
 
 from __future__ import annotations
 
@@ -8,8 +9,12 @@ import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
+from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
+
+from engine_core import Engine, WorkflowContext
+from engine_core.pydantic_ai import PikkuDurability
 
 #: One turn: the text the model answers, or the tool calls it makes (name, args).
 Turn = str | list[tuple[str, dict[str, Any]]]
@@ -72,11 +77,37 @@ def responses(messages: Sequence[ModelMessage]) -> list[ModelResponse]:
     return [m for m in messages if isinstance(m, ModelResponse)]
 
 
-async def until(predicate: Callable[[], Any], limit: float = 10.0) -> None:
-    """Poll ``predicate`` until it holds (an AssertionError after ``limit`` seconds)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + limit
-    while not predicate():
-        if loop.time() > deadline:
-            raise AssertionError("timed out waiting")
-        await asyncio.sleep(0.01)
+def durable_agent(script: Script, name: str = "support", **options: Any) -> Agent[None, Any]:
+    """An agent on ``script`` with ``PikkuDurability(**options)``."""
+    return Agent(script.model(), name=name, capabilities=[PikkuDurability(**options)])
+
+
+def run_agent(
+    engine: Engine, workflow: str, agent: Agent[Any, Any], *, then: str | None = None
+) -> None:
+    """Register ``workflow``: it runs ``agent`` on "hi", then (with ``then``) waits for
+    the event of that name (a second pass replays the agent), and returns its output."""
+
+    @engine.workflow(workflow)
+    async def body(ctx: WorkflowContext, data: Any) -> Any:
+        result = await agent.run("hi")
+        if then is not None:
+            await ctx.wait_for_event(then)
+        return result.output
+
+
+async def reaches(engine: Engine, run_id: str, step: str, limit: float = 30.0) -> None:
+    """Until the run has a record of ``step`` (an AssertionError after ``limit`` s)."""
+    deadline = asyncio.get_running_loop().time() + limit
+    while step not in (await engine.status(run_id)).steps:
+        assert asyncio.get_running_loop().time() < deadline, f"{run_id} never reached {step!r}"
+        await asyncio.sleep(0.02)
+
+
+async def replayed(engine: Engine, workflow: str, event: str = "go") -> tuple[str, Any]:
+    """Start ``workflow`` in a serving ``engine``, let it park on ``event``, send it (the
+    next pass replays what came before) and return the run id and the output."""
+    run_id = await engine.start(workflow)
+    await reaches(engine, run_id, event)
+    await engine.send_event(run_id, event, None)
+    return run_id, await engine.result(run_id, timeout=30)
