@@ -190,6 +190,7 @@ class PikkuDurability(BaseDurabilityCapability[AgentDepsT]):
             return await super().wrap_run(ctx, handler=handler)
         # Result events in the order of the calls, not of their ends: the events, and the
         # stream entries and handler steps they make, are the same on every pass.
+        # The run's mode is a context variable the method reads (it needs no manager).
         mode = ToolManager.get_parallel_execution_mode(cast(Any, None))
         mode = "parallel_ordered_events" if mode == "parallel" else mode
         events = AgentEvents(workflow, self.name, handler=self._event_stream_handler is not None)
