@@ -19,6 +19,7 @@ from engine_core.convert import declared_parameter
 from engine_core.durations import Duration
 from engine_core.journal import merged
 from engine_core.records import RunRecord, StepRecord
+from engine_core.run.body_hooks import running_body
 from engine_core.run.branches import Ambiguous, StepNames
 from engine_core.run.context import WorkflowContext, as_declared
 from engine_core.run.divergence import Diverged, ReplayChecks, callable_name
@@ -121,8 +122,9 @@ class DryReplay:
             async with asyncio.timeout(_BODY_TIMEOUT_S):
                 what = f"the input of workflow {self.run.workflow!r}"
                 data = as_declared(self.run.input, declared_parameter(body, 1), what)
-                with self.names.body():
-                    await body(WorkflowContext(self), data)
+                ctx = WorkflowContext(self)
+                with self.names.body(), running_body(ctx):
+                    await body(ctx, data)
         except (Diverged, _EndOfRecord, Exception):
             pass
         except BaseExceptionGroup:

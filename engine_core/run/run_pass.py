@@ -23,6 +23,7 @@ from engine_core.errors import NotSerializableError, StepFailedError, StoreUnava
 from engine_core.outages import StoreDown
 from engine_core.records import RunState, StepRecord, utcnow
 from engine_core.run.attempt import error_info
+from engine_core.run.body_hooks import running_body
 from engine_core.run.context import ValueMismatch, WorkflowContext, as_declared
 from engine_core.run.divergence import Mismatch
 from engine_core.run.keys import compensation_key
@@ -65,8 +66,9 @@ class RunPass(PassState):
             with run_log_context(self.run.run_id, self.traceparent):
                 what = f"the input of workflow {self.run.workflow!r}"
                 data = as_declared(self.run.input, declared_parameter(fn, 1), what)
-                with self.names.body():
-                    output = await fn(WorkflowContext(self), data)
+                ctx = WorkflowContext(self)
+                with self.names.body(), running_body(ctx):
+                    output = await fn(ctx, data)
         except BaseException as exc:
             failure = exc
         await self.drain()
