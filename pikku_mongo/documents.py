@@ -429,6 +429,8 @@ def lean_step_from_doc(doc: Doc) -> StepRecord:
         event=unpack_opt(doc.get("event")),
         order=doc.get("order"),
         ran=doc.get("ran"),
+        loose=bool(doc.get("loose", False)),
+        made_after=doc.get("made_after"),
     )
 
 
@@ -465,6 +467,8 @@ def step_from_doc(doc: Doc) -> StepRecord:
         order=doc.get("order"),
         ran=doc.get("ran"),
         group=doc.get("group"),
+        loose=bool(doc.get("loose", False)),
+        made_after=doc.get("made_after"),
         idempotency_of=unpack_opt(doc.get("idempotency_of")),
     )
 

@@ -54,6 +54,8 @@ SHORT: dict[str, str] = {
     "order": "o",
     "ran": "rn",
     "group": "g",
+    "loose": "lo",
+    "made_after": "ma",
 }
 _LONG = {short: name for name, short in SHORT.items()}
 _VERSION = 2
@@ -150,6 +152,8 @@ def lean_step_from_text(run_id: str, text: Any) -> StepRecord:
         error=data.get("x"),
         order=data.get("o"),
         ran=data.get("rn"),
+        loose=bool(data.get("lo", False)),
+        made_after=data.get("ma"),
     )
 
 

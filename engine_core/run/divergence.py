@@ -33,6 +33,7 @@ from typing import Any, NoReturn
 from engine_core.errors import NonDeterminismError
 from engine_core.records import StepRecord
 from engine_core.run.branch_order import BranchOrder, BranchView
+from engine_core.run.branches import Call
 
 #: The kinds of step a workflow body reaches (compensations and patch markers are not
 #: reached by the body, so they take no part in the order).
@@ -93,6 +94,13 @@ def _callable_name(fn: Callable[..., Any]) -> str:
     if code is not None:
         _NAMES[code] = (qualname, module, found)
     return found
+
+
+def _made(made_after: str | None) -> str:
+    """Where a branch was made, as an error tells it."""
+    if made_after is None:
+        return "by no one (the body itself)"
+    return f"after {made_after.replace('/', ', then ')} call(s) of its makers"
 
 
 def describe(kind: str, ran: str | None) -> str:
@@ -197,6 +205,10 @@ class ReplayChecks:
         #: The batch of the root's each step this pass reached runs under (see
         #: ``engine_core.run.branches``), for the record of the new ones.
         self._groups: dict[str, int | None] = {}
+        #: Steps reached by adopted tasks in this pass (see ``note_place``).
+        self._loose: set[str] = set()
+        #: Where the branch that reached each step was made (see ``note_place``).
+        self._made_after: dict[str, str] = {}
         #: ``ctx.patched`` answers given in this pass.
         self.patches: dict[str, bool] = {}
 
@@ -230,6 +242,8 @@ class ReplayChecks:
             if self._unreached and self.enabled:
                 if self._by_branch is None:
                     return self._judge_new(key, kind, ran)
+                if key in self._loose:
+                    return None  # an adopted task's: in no set order
                 if (missed := self._by_branch.skipped(key)) is not None:
                     self._diverge(missed, describe(kind, ran), key, "new")
             return None
@@ -254,6 +268,20 @@ class ReplayChecks:
                     f"the step ran another {what} when it was recorded",
                 )
             )
+        if self._by_branch is not None and recorded.order is not None:
+            made_after = self._made_after.get(key)
+            if recorded.made_after != made_after:
+                self._fail(
+                    Mismatch(
+                        key,
+                        f"in a branch made {_made(recorded.made_after)}",
+                        f"reached it in a branch made {_made(made_after)}",
+                        "the step runs at another place of the body: it was moved "
+                        "before or after a call of the branch that makes its task",
+                    )
+                )
+        if recorded.loose or key in self._loose:
+            return None  # reached, or recorded, by an adopted task: in no set order
         if recorded.order is not None and self._by_branch is not None:
             if (missed := self._by_branch.swapped(key, recorded.order)) is not None:
                 self._diverge(missed, describe(kind, ran), key, "swapped")
@@ -290,10 +318,17 @@ class ReplayChecks:
             await asyncio.sleep(0)
             idle = idle + 1 if self._count == before else 0
 
-    def note_group(self, key: str, group: int | None) -> None:
-        """Step ``key`` is reached under the root's batch ``group``."""
-        if group is not None:
-            self._groups[key] = group
+    def note_place(self, call: Call) -> None:
+        """Step ``call.key`` is reached where ``call`` says: under the root's batch
+        ``group``, in a branch made at ``made_after``; ``loose``: by a task adopted by
+        its branch (its order among the branch's calls is not judged)."""
+        key = call.key
+        if call.group is not None:
+            self._groups[key] = call.group
+        if call.loose:
+            self._loose.add(key)
+        if call.made_after is not None:
+            self._made_after[key] = call.made_after
 
     def stamp(self, step: StepRecord) -> StepRecord:
         """Give a step this pass started first its order, callable and batch (on its
@@ -302,12 +337,20 @@ class ReplayChecks:
         if identity is not None and step.order is None:
             step.order, step.ran = identity
             step.group = self._groups.get(step.key)
+            step.loose = step.key in self._loose
+            step.made_after = self._made_after.get(step.key)
         return step
 
     def identity(self, key: str) -> dict[str, Any]:
         """The ``order``, ``ran`` and ``group`` fields of a new record of step ``key``."""
         order, ran = self._new.get(key, (None, None))
-        return {"order": order, "ran": ran, "group": self._groups.get(key)}
+        return {
+            "order": order,
+            "ran": ran,
+            "group": self._groups.get(key),
+            "loose": key in self._loose,
+            "made_after": self._made_after.get(key),
+        }
 
     def placing(self, key: str) -> tuple[int | None, int | None]:
         """The order and batch of a step this pass starts first (None, None for one

@@ -145,11 +145,11 @@ class PassState:
         the same branch of the body (``engine_core.run.branches``)."""
         check_name(name, "step name")
         try:
-            key, group = self.names.key(name)
+            call = self.names.key(name)
         except Ambiguous as exc:
             self.checks.cannot_tell_apart(exc.key, name)
-        self.checks.note_group(key, group)
-        return key
+        self.checks.note_place(call)
+        return call.key
 
     def finished(self, key: str) -> StepRecord | None:
         """The step's record if it has finished; raises its failure if it failed."""

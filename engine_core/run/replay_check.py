@@ -71,10 +71,11 @@ class DryReplay:
     async def _recorded(self, name: str, kind: str, ran: str | None) -> Any:
         check_name(name, "step name")
         try:
-            key, group = self.names.key(name)
+            call = self.names.key(name)
         except Ambiguous as exc:
             self.checks.cannot_tell_apart(exc.key, name)
-        self.checks.note_group(key, group)
+        self.checks.note_place(call)
+        key = call.key
         if (check := self.checks.reach(key, kind, ran)) is not None:
             await check
         step = self.steps.get(key)

@@ -18,9 +18,12 @@ class ReplayRecordCases:
         job.group = 2
         assert await store.insert_step(job)
         saved = done_step("run-1", "s", result=1)
-        saved.order, saved.ran, saved.group = 0, "app.steps:charge", 7
+        saved.order, saved.ran, saved.group, saved.loose = 0, "app.steps:charge", 7, True
+        saved.made_after = "2/0"
         await store.save_steps([saved])
         got = {s.key: s for s in await store.load_steps("run-1")}
+        assert got["s"].loose is True and got["j"].loose is False
+        assert (got["s"].made_after, got["j"].made_after) == ("2/0", None)
         assert (got["j"].order, got["j"].ran, got["j"].group) == (3, "send-email", 2)
         assert (got["s"].order, got["s"].ran, got["s"].group) == (0, "app.steps:charge", 7)
         old = done_step("run-1", "old")  # a record from before the check says nothing
@@ -32,7 +35,7 @@ class ReplayRecordCases:
         await store.insert_run(make_run())
         token = await begin(store)
         first = done_step("run-1", "a", result={"$set": 1})
-        first.order, first.ran, first.group = 0, "m:f.<locals>.<lambda>", 1
+        first.order, first.ran, first.group, first.loose = 0, "m:f.<locals>.<lambda>", 1, True
         marker = done_step("run-1", "patched:p")
         marker.kind = "patch"
         assert await store.start_step(
@@ -44,7 +47,8 @@ class ReplayRecordCases:
         # In the journal, or in the step records (``engine_core.journal.journals``).
         steps = merged(got, await store.load_steps("run-1"))
         assert steps["a"].order == 0 and steps["a"].ran == "m:f.<locals>.<lambda>"
-        assert steps["a"].group == 1
+        assert steps["a"].group == 1 and steps["a"].loose is True
+        assert steps["a"].made_after is None
         assert steps["patched:p"].kind == "patch"
 
     async def test_a_run_keeps_its_version_and_lists_filter_by_it(self, store: Store) -> None:
