@@ -480,15 +480,6 @@ def event_from_doc(doc: Doc) -> EventRecord:
     )
 
 
-def lease_to_doc(lease: Lease) -> Doc:
-    return {
-        "_id": pack(lease.key),
-        "holder": pack(lease.holder),
-        "token": lease.token,
-        **lease_expiry(lease.expires_at),
-    }
-
-
 def lease_expiry(expires_at: datetime, *, gc_from: datetime | None = None) -> Doc:
     """A lease's expiry fields: ``expires_us`` is what queries judge; ``expires_at`` (a
     BSON date: when the lease ends, or ``gc_from`` when given) only feeds the TTL index

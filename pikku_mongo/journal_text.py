@@ -187,26 +187,3 @@ def _long_entry(data: Doc) -> AttemptEntry:
         started_at=opt_from_us(data.get("started_at")),
         error=data.get("error"),
     )
-
-
-def long_text(step: StepRecord) -> str:
-    """``step`` in the long form an earlier version wrote (for tests of the upgrade)."""
-    data: Doc = {"key": step.key}
-    for name, value in step.__dict__.items():
-        if name in ("run_id", "key") or value == _DEFAULTS[name]:
-            continue
-        if name in _TIMES:
-            value = to_us(value)
-        elif name == "history":
-            value = [
-                {
-                    "attempt": e.attempt,
-                    "status": e.status,
-                    "at": to_us(e.at),
-                    "started_at": None if e.started_at is None else to_us(e.started_at),
-                    "error": e.error,
-                }
-                for e in value
-            ]
-        data[name] = value
-    return dump_value(data)

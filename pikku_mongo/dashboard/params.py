@@ -105,12 +105,6 @@ class RunFilters:
         kept = [(k, v) for k, v in pairs if v is not None]
         return "?" + urlencode(kept) if kept else ""
 
-    @property
-    def filtered(self) -> bool:
-        """Whether any filter (beyond the workflow) narrows the list."""
-        narrowing = (self.status, self.version, self.prefix, self.since, self.before)
-        return any(v is not None for v in narrowing)
-
 
 def parse_run_filters(params: QueryParams) -> RunFilters:
     """The runs list's filters from its query string, checked."""

@@ -16,9 +16,9 @@ import pytest
 from engine_core import Engine, WorkflowContext
 from engine_core.testing.builders import make_job, make_run
 from pikku_mongo import MongoStore
-from pikku_mongo.poll_check import PollListener, polling
-from pikku_mongo.shard_keys import ShardKeyListener
 from tests.conftest import mongo_store, with_database
+from tests.support.poll_check import PollListener, polling
+from tests.support.shard_key_check import ShardKeyListener
 
 SERVERS = ["nx_uri", "mongoeco_uri"]
 #: The store methods a worker's and an admitter's polls call at every turn.
