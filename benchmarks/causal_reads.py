@@ -28,7 +28,7 @@ from benchmarks.common import mongo_server, with_database
 from engine_core import Engine, WorkflowContext
 from engine_core.testing.builders import make_run
 from pikku_mongo import MongoStore
-from pikku_mongo.causal import OperationClock
+from pikku_mongo.wire.causal import OperationClock
 from tests.support.proxy import ProxyProcess
 
 Spent = dict[bool, list[float]]  # causal reads on / off -> [seconds, units done]

@@ -7,6 +7,6 @@ existing ``pymongo.asynchronous.database.AsyncDatabase``; then ``Engine(store)``
 from __future__ import annotations
 
 from pikku_mongo.errors import MissingDatabaseError, PikkuMongoError
-from pikku_mongo.store import MongoStore
+from pikku_mongo.store.mongo_store import MongoStore
 
 __all__ = ["MissingDatabaseError", "MongoStore", "PikkuMongoError"]

@@ -1,11 +1,15 @@
-"""The architecture, pinned: engine_core's modules import one way, down a stated order of
-layers; nothing below the engine can reach the ``Engine`` (so none touches its private
-names); engine_core knows nothing of MongoDB; the public surfaces are exactly these."""
+"""The architecture, pinned: each package's modules import one way, down a stated order of
+layers, and its wings one way, down a stated order of wings (so no import circle, at
+file or at wing level); nothing below the engine can reach the ``Engine`` (so none
+touches its private names); engine_core knows nothing of MongoDB; the public surfaces
+are exactly these."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
+
+import pytest
 
 import engine_core
 import pikku_mongo
@@ -92,11 +96,90 @@ LAYERS: list[set[str]] = [
 WINGS: list[str] = ["core", "memory", "testing", "run", "fleet", "flow", "schedules", "front"]
 FRONT = {"host", "starting", "schedule_api", "repair_api", "engine", "__init__"}
 
+#: pikku_mongo's modules, lowest layer first, wing by wing (see ``MONGO_WINGS``). A module
+#: may import only from layers strictly below its own.
+MONGO_LAYERS: list[set[str]] = [
+    # core: what every wing shares
+    {"errors"},
+    # wire: documents, encodings, filters, retries, the server's facts, causal reads
+    {
+        "wire.checks",
+        "wire.encoding",
+        "wire.causal",
+        "wire.command_metrics",
+        "wire.indexes",
+        "wire.uri",
+        "wire.watch",
+    },
+    {"wire.journal_text", "wire.server", "wire.skew"},
+    {"wire.documents", "wire.retry"},
+    {"wire.shard_keys"},
+    {"wire.filters"},
+    {"wire"},
+    # writes: group commit, riding writes, the journal's writes and pages, operation ids
+    {"writes.queued", "writes.op_ids", "writes.journal_writes"},
+    {"writes.riding", "writes.journal_pages"},
+    {"writes.batcher"},
+    {"writes"},
+    # store: MongoStore and its parts
+    {"store.declared_ops", "store.worker_ops", "store.fork_ops", "store.listing"},
+    {"store.schedule_ops", "store.stream_ops", "store.job_index", "store.line_index"},
+    {"store.dedup_ops"},
+    {"store.migrations", "store.queue_ops", "store.run_ops", "store.step_ops"},
+    {"store.mongo_store"},
+    {"store"},
+    # doctor
+    {"doctor.report", "doctor.stranded"},
+    {"doctor.fleet", "doctor.shards"},
+    {"doctor.diagnosis"},
+    {"doctor"},
+    # dashboard
+    {
+        "dashboard.actions",
+        "dashboard.headers",
+        "dashboard.links",
+        "dashboard.metrics_page",
+        "dashboard.params",
+        "dashboard.secret",
+        "dashboard.streams_view",
+        "dashboard.views",
+    },
+    {"dashboard.security", "dashboard.waiting"},
+    {"dashboard.rendering"},
+    {
+        "dashboard.bulk_pages",
+        "dashboard.login_pages",
+        "dashboard.queue_pages",
+        "dashboard.schedule_pages",
+        "dashboard.worker_pages",
+    },
+    {"dashboard.run_pages"},
+    {"dashboard.app"},
+    {"dashboard", "dashboard.serve"},
+    # cli
+    {"cli.repair", "cli.replay", "cli.tail", "cli.text"},
+    {"cli.console"},
+    {"cli", "cli.__main__"},
+    # front
+    {"__init__"},
+]
 
-def _wing(module: str) -> str:
-    if "." in module or module in WINGS:
+#: pikku_mongo's wings, lowest first: the modules at the top of the package ("core"),
+#: the wings, then the package's ``__init__`` ("front").
+MONGO_WINGS: list[str] = ["core", "wire", "writes", "store", "doctor", "dashboard", "cli", "front"]
+
+#: Per package: its layers, its wings and the modules at its top that face the user.
+PACKAGES = {
+    "engine_core": (LAYERS, WINGS, FRONT),
+    "pikku_mongo": (MONGO_LAYERS, MONGO_WINGS, {"__init__"}),
+}
+
+
+def _wing(module: str, package: str = "engine_core") -> str:
+    _, wings, front = PACKAGES[package]
+    if "." in module or module in wings:
         return module.split(".")[0]
-    return "front" if module in FRONT else "core"
+    return "front" if module in front else "core"
 
 
 def _module_name(path: Path, package: Path) -> str:
@@ -135,41 +218,56 @@ def _graph(package: str) -> dict[str, set[str]]:
     }
 
 
-def test_every_module_has_a_layer() -> None:
-    placed = set().union(*LAYERS)
-    assert set(_graph("engine_core")) == placed
+@pytest.mark.parametrize("package", PACKAGES)
+def test_every_module_has_a_layer(package: str) -> None:
+    layers = PACKAGES[package][0]
+    placed = set().union(*layers)
+    assert set(_graph(package)) == placed
+    assert sum(map(len, layers)) == len(placed)  # and only one
 
 
-def test_engine_core_imports_run_down_the_layers_only() -> None:
-    layer_of = {name: i for i, layer in enumerate(LAYERS) for name in layer}
+@pytest.mark.parametrize("package", PACKAGES)
+def test_imports_run_down_the_layers_only(package: str) -> None:
+    layer_of = {name: i for i, layer in enumerate(PACKAGES[package][0]) for name in layer}
     upward = [
         f"{module} (layer {layer_of[module]}) imports {dep} (layer {layer_of[dep]})"
-        for module, deps in _graph("engine_core").items()
+        for module, deps in _graph(package).items()
         for dep in deps
         if layer_of[dep] >= layer_of[module]
     ]
     assert upward == []
 
 
-def test_wings_import_one_way() -> None:
-    rank = {wing: i for i, wing in enumerate(WINGS)}
+@pytest.mark.parametrize("package", PACKAGES)
+def test_wings_import_one_way(package: str) -> None:
+    rank = {wing: i for i, wing in enumerate(PACKAGES[package][1])}
     upward = sorted(
-        f"{module} ({_wing(module)}) imports {dep} ({_wing(dep)})"
-        for module, deps in _graph("engine_core").items()
+        f"{module} ({_wing(module, package)}) imports {dep} ({_wing(dep, package)})"
+        for module, deps in _graph(package).items()
         for dep in deps
-        if rank[_wing(dep)] > rank[_wing(module)]
+        if rank[_wing(dep, package)] > rank[_wing(module, package)]
     )
     assert upward == []
 
 
-def test_the_wing_graph_has_no_circle() -> None:
+@pytest.mark.parametrize("package", PACKAGES)
+def test_the_wing_graph_has_no_circle(package: str) -> None:
     edges = {
-        (_wing(module), _wing(dep))
-        for module, deps in _graph("engine_core").items()
+        (_wing(module, package), _wing(dep, package))
+        for module, deps in _graph(package).items()
         for dep in deps
-        if _wing(dep) != _wing(module)
+        if _wing(dep, package) != _wing(module, package)
     }
     assert all((b, a) not in edges for a, b in edges)
+
+
+def test_pikku_mongo_layers_read_wing_by_wing() -> None:
+    # Each layer holds modules of one wing, and the wings come in their order.
+    rank = {wing: i for i, wing in enumerate(MONGO_WINGS)}
+    wings = [{_wing(m, "pikku_mongo") for m in layer} for layer in MONGO_LAYERS]
+    assert all(len(w) == 1 for w in wings)
+    order = [rank[w.pop()] for w in wings]
+    assert order == sorted(order)
 
 
 def test_the_top_of_engine_core_holds_only_what_every_wing_shares_or_the_user_sees() -> None:
@@ -194,6 +292,11 @@ def test_the_top_of_engine_core_holds_only_what_every_wing_shares_or_the_user_se
         "status",
         "runtime",
     }
+
+
+def test_the_top_of_pikku_mongo_holds_only_its_front_and_errors() -> None:
+    top = {p.stem for p in (ROOT / "pikku_mongo").glob("*.py")}
+    assert top == {"__init__", "errors"}
 
 
 def test_no_source_file_is_over_about_500_lines() -> None:

@@ -31,7 +31,7 @@ from engine_core.store import Store
 from engine_core.testing.builders import make_run
 from engine_core.testing.flow_cases import queued
 from pikku_mongo import MongoStore
-from pikku_mongo.queue_ops import _state_to_doc
+from pikku_mongo.store.queue_ops import _state_to_doc
 
 LIMIT = 64 * 1024
 

@@ -20,8 +20,8 @@ import engine_core.outages
 from engine_core.errors import StoreUnavailableError
 from engine_core.outages import Outages
 from pikku_mongo.errors import DocumentTooLargeError, ServerUnreachableError
-from pikku_mongo.retry import surface_oversize, too_large, transient_retry
-from pikku_mongo.server import short_reason
+from pikku_mongo.wire.retry import surface_oversize, too_large, transient_retry
+from pikku_mongo.wire.server import short_reason
 
 
 @pytest.mark.parametrize(

@@ -121,7 +121,7 @@ def releases_dropping_a_copied_entry(command: dict[str, Any]) -> bool:
 
 def writes_outcome(written: dict[str, Any], key: str) -> bool:
     """Whether a step document's ``$set`` writes ``key``'s outcome: its own document,
-    or a journal page holding it (``pikku_mongo.journal_pages``)."""
+    or a journal page holding it (``pikku_mongo.writes.journal_pages``)."""
     page = written.get("page", [])
     return written.get("key") == key or any(json.loads(text)["k"] == key for text in page)
 

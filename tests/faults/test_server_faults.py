@@ -16,7 +16,7 @@ import pytest
 
 from engine_core import Engine, RunStatus
 from engine_core.records import TERMINAL
-from pikku_mongo import retry
+from pikku_mongo.wire import retry
 from tests.faults.workload import assert_no_step_ran_after_its_success, mixed_output
 from tests.support.fleet import Fleet
 from tests.support.proxy import ProxyProcess

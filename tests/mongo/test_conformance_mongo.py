@@ -5,7 +5,7 @@ a single-document write or upsert on a sharded collection whose filter does not 
 the collection's shard key fails the test that sent it (DESIGN.md 7b: no sharded server
 runs here, so this is what keeps the store servable by one). The suite runs again with
 targeted polling forced on (the job index a sharded cluster gets by default: see
-:mod:`pikku_mongo.job_index`)."""
+:mod:`pikku_mongo.store.job_index`)."""
 
 from __future__ import annotations
 

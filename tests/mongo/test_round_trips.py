@@ -14,7 +14,7 @@ from pymongo import monitoring
 
 from engine_core import Engine, WorkflowContext
 from pikku_mongo import MongoStore
-from pikku_mongo.journal_writes import BESIDE_AT
+from pikku_mongo.writes.journal_writes import BESIDE_AT
 from tests.conftest import with_database
 from tests.support.shard_key_check import ShardKeyListener
 

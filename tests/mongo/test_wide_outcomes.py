@@ -20,7 +20,7 @@ from engine_core.errors import StoreUnavailableError
 from engine_core.journal import JOURNAL_BYTES
 from engine_core.values import MAX_VALUE_BYTES
 from pikku_mongo import MongoStore
-from pikku_mongo.journal_text import step_from_text
+from pikku_mongo.wire.journal_text import step_from_text
 from tests.conftest import with_database
 
 WIDTH = 300

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from engine_core.records import StepRecord
-from pikku_mongo.encoding import dump_value, to_us
+from pikku_mongo.wire.encoding import dump_value, to_us
 
 _TIMES = frozenset({"due_at", "scheduled_at", "updated_at", "ended_at", "claim_expires_at"})
 _DEFAULTS: dict[str, Any] = dict(

@@ -18,7 +18,7 @@ from typing import Any
 
 from pymongo import monitoring
 
-from pikku_mongo.shard_keys import SHARD_KEYS
+from pikku_mongo.wire.shard_keys import SHARD_KEYS
 
 #: The poll whose commands are being sent (a store method's name), else None.
 POLL: ContextVar[str | None] = ContextVar("pikku_poll", default=None)

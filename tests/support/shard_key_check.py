@@ -1,5 +1,5 @@
 """The check that every single-document write or upsert on a sharded collection names
-its shard key by equality (see :mod:`pikku_mongo.shard_keys`).
+its shard key by equality (see :mod:`pikku_mongo.wire.shard_keys`).
 
 No sharded server runs here, so the tests watch a client's commands instead:
 :class:`ShardKeyListener` records each write that MongoDB would refuse (or scatter) on
@@ -13,9 +13,9 @@ from typing import Any
 
 from pymongo import monitoring
 
-from pikku_mongo.documents import Doc
-from pikku_mongo.encoding import pack
-from pikku_mongo.shard_keys import SHARD_KEYS
+from pikku_mongo.wire.documents import Doc
+from pikku_mongo.wire.encoding import pack
+from pikku_mongo.wire.shard_keys import SHARD_KEYS
 
 
 def run_filter(run_id: str) -> Doc:
