@@ -109,7 +109,7 @@ class RunPass(PassState):
     ) -> bool:
         """The write that ends the pass (``status`` None: it parks, unless a trigger came
         meanwhile), carrying the outcomes still to write."""
-        outcomes, forget = await self.end_writes(output, error)
+        carry = await self.end_writes(output, error)
         ok = await self.store.settle_run(
             self.run.run_id,
             token=self.run.token,
@@ -117,12 +117,12 @@ class RunPass(PassState):
             status=status,
             output=output,
             error=error,
-            outcomes=outcomes,
-            forget=forget,
+            outcomes=carry.outcomes,
+            forget=carry.forget,
             idle_only=status is None,
             keep_lease=status == "compensating",
         )
-        await self.settled(ok, outcomes, forget)
+        await self.settled(ok, carry)
         if ok and status is not None:
             await self.control.run_ended(self.run, status, output, error)
         return ok
@@ -208,17 +208,17 @@ class RunPass(PassState):
                 failed.append(step.key)
                 continue
             try:
-                await inline.run_inline(
-                    self,
-                    compensation_key(step.key),
-                    undo,
-                    (argument,),
-                    0,
-                    0.0,
-                    None,
-                    False,
+                spec = inline.InlineSpec(
+                    key=compensation_key(step.key),
+                    fn=undo,
+                    args=(argument,),
+                    max_attempts=0,  # one attempt, never retried
+                    delay=0.0,
+                    timeout=None,
+                    compensable=False,
                     kind="compensation",
                 )
+                await inline.run_inline(self, spec)
             except StepFailedError:
                 failed.append(step.key)
             except Parked:
