@@ -40,7 +40,7 @@ from pikku_mongo.wire.encoding import from_us, pack, to_us, unpack, unpack_opt
 from pikku_mongo.wire.filters import eq
 from pikku_mongo.wire.retry import transient_retry
 from pikku_mongo.writes.batcher import Batcher
-from pikku_mongo.writes.op_ids import landed_filter, new_op
+from pikku_mongo.writes.op_ids import pushed_op
 
 #: What reading a line needs of a run: all an admitter needs to begin its first pass
 #: (a queued run has no journal, steps in flight or output yet).
@@ -248,12 +248,12 @@ class QueueOps(DedupOps):
             "$inc": {"token": 1, "passes": 1},
             "$unset": {"line": ""},
         }
-        op = new_op(update)
+        mark = pushed_op(query["_id"])
 
         async def landed() -> bool:  # sent again after a lost reply: did the first land?
-            return await self.read_one(self.runs, landed_filter(query["_id"], op)) is not None
+            return await self.read_one(self.runs, mark.found) is not None
 
-        if not await self.run_writes.guarded(query, update, landed):
+        if not await self.run_writes.guarded(query, mark.on(update), landed):
             return None
         if self.line_index is not None:
             self.line_index.admitted([query["_id"]])
@@ -346,8 +346,8 @@ class QueueOps(DedupOps):
             "_id": pack(check_str(run.run_id, "run id")),
             "status": {"$in": check_strs(expect, "expected run status")},
         }
-        update: Doc = {"$set": to_set, "$unset": to_unset} if to_unset else {"$set": to_set}
-        op = new_op(update)
+        mark = pushed_op(pack(run.run_id))
+        update = mark.on({"$set": to_set, "$unset": to_unset} if to_unset else {"$set": to_set})
         if run.dedup_id is not None:
             holder = await self._claim_dedup(fields["dedup"], pack(run.run_id))
             if holder is not None:
@@ -363,7 +363,7 @@ class QueueOps(DedupOps):
             nonlocal tries
             tries += 1
             if tries > 1:
-                mine = await self.read_one(self.runs, landed_filter(pack(run.run_id), op))
+                mine = await self.read_one(self.runs, mark.found)
                 if mine is not None:
                     return mine
             return await self.runs.find_one_and_update(

@@ -42,8 +42,8 @@ from pikku_mongo.wire.journal_text import RecentTexts
 from pikku_mongo.wire.retry import surface_oversize, transient_retry
 from pikku_mongo.writes.batcher import Batcher
 from pikku_mongo.writes.journal_pages import beside_writes
-from pikku_mongo.writes.journal_writes import BESIDE_AT, journal_changes, update_of
-from pikku_mongo.writes.op_ids import PassOps, landed_filter, new_op
+from pikku_mongo.writes.journal_writes import BESIDE_AT, RunUpdate
+from pikku_mongo.writes.op_ids import PassOps, pushed_op
 
 _BY_ID = [("_id", 1)]
 #: Least recently updated first. Not tie-broken by ``_id``: that would defeat the
@@ -216,7 +216,16 @@ class RunOps(DedupOps):
                 key, check_int(attempt, "attempt"), check_datetime(started_at, "started_at")
             ),
         }
-        return await self._pass_write(run_id, token, status, to_set, done, outcomes, forget, key)
+        return await self._pass_write(
+            run_id,
+            token=token,
+            status=status,
+            started=key,
+            fields=to_set,
+            done=done,
+            outcomes=outcomes,
+            forget=forget,
+        )
 
     @surface_oversize
     async def record_steps(
@@ -230,48 +239,60 @@ class RunOps(DedupOps):
         forget: Iterable[str] = (),
     ) -> bool:
         """1 update (group-committed), guarded by status and token."""
-        return await self._pass_write(run_id, token, status, {}, done, outcomes, forget, None)
+        return await self._pass_write(
+            run_id,
+            token=token,
+            status=status,
+            started=None,
+            fields={},
+            done=done,
+            outcomes=outcomes,
+            forget=forget,
+        )
 
     async def _pass_write(
         self,
         run_id: str,
+        *,
         token: int,
         status: RunState,
-        to_set: Doc,
+        started: str | None,
+        fields: Doc,
         done: Iterable[str],
         outcomes: Sequence[StepRecord],
         forget: Iterable[str],
-        started: str | None,
     ) -> bool:
-        to_set.update(open_pass=True, updated_at=to_us(utcnow()))
-        to_unset: Doc = {
-            f"inflight.{inflight_field(d)}": ""
-            for d in {check_str(d, "finished step key") for d in done} - {started}
-        }
+        """The guarded write of a pass at a step boundary: ``fields`` (the step
+        ``started``, if any), the in-flight marks of ``done`` cleared, ``outcomes``
+        journaled or written beside the run (:meth:`journals_outcomes`), and the
+        journal entries of ``forget`` dropped."""
         query = {
             "_id": _id(run_id),
             "status": check_str(status, "run status"),
             "token": check_int(token, "token"),
         }
-        beside: list[tuple[Doc, Doc]] = []
-        fallback = None
+        forget = tuple(forget)  # read twice below
+        cleared = {check_str(d, "finished step key") for d in done} - {started}
+        base = RunUpdate(
+            {**fields, "open_pass": True, "updated_at": to_us(utcnow())},
+            {f"inflight.{inflight_field(d)}": "" for d in cleared},
+        )
         texts = [self.recent_texts.text(outcome) for outcome in outcomes]
-        if not self.journals_outcomes(outcomes):
-            # The outcomes go to their step documents or a journal page in the same
-            # command, only if this write lands (pikku_mongo.writes.riding); the journal form
-            # is kept for a server found out to serve no such command on this write.
-            journal_set, journal_unset = dict(to_set), dict(to_unset)
-            journal_changes(journal_set, journal_unset, outcomes, forget, texts)
-            fallback = update_of(journal_set, journal_unset)
-            journal_changes(to_set, to_unset, (), forget)
-            beside = beside_writes(run_id, outcomes, texts)
-        else:
-            journal_changes(to_set, to_unset, outcomes, forget, texts)
         # Landed, but the run taken over since (a newer pass's writes reuse the ring's
         # slots): the pass is fenced out as if it had not, so it starts no step body for
         # an attempt the newer pass has already counted lost.
+        if self.journals_outcomes(outcomes):
+            update = base.with_journal(outcomes, forget, texts)
+            return await self._guarded(query, update, still=("token",))
+        # The outcomes go to their step documents or a journal page in the same command,
+        # only if this write lands (pikku_mongo.writes.riding); the journal form is kept
+        # for a server found out to serve no such command on this write.
         return await self._guarded(
-            query, to_set, to_unset, still=("token",), beside=beside, fallback=fallback
+            query,
+            base.with_journal((), forget),
+            still=("token",),
+            beside=beside_writes(run_id, outcomes, texts),
+            fallback=base.with_journal(outcomes, forget, texts),
         )
 
     def journals_outcomes(self, outcomes: Sequence[StepRecord]) -> bool:
@@ -284,36 +305,33 @@ class RunOps(DedupOps):
     async def _guarded(
         self,
         query: Doc,
-        to_set: Doc,
-        to_unset: Doc,
+        update: RunUpdate,
         *,
         still: Sequence[str] = (),
         beside: Sequence[tuple[Doc, Doc]] = (),
-        fallback: Doc | None = None,
+        fallback: RunUpdate | None = None,
     ) -> bool:
         """A guarded write of a pass (``query`` holds its token) that knows, when it is
         sent again after a lost reply and finds its guard failed, whether its first try
-        landed: it carries an operation id (see :mod:`pikku_mongo.writes.op_ids`), in the
-        pass's ring when ``still`` holds the token, else pushed onto the run's ``ops``
-        (a later pass's writes reuse the ring's slots).
+        landed: it carries an operation id (see :mod:`pikku_mongo.writes.op_ids`), in
+        the pass's ring when ``still`` holds the token, else pushed onto the run's
+        ``ops`` (a later pass's writes reuse the ring's slots).
         ``still``: fields of the guard that must hold yet for a landed first try to
         count. ``beside`` and ``fallback``: see :meth:`Batcher.guarded`."""
-        update = update_of(to_set, to_unset)
-        mine: Doc
-        if "token" in still:
-            mine = self.pass_ops.add(query["_id"], query["token"], update)
-        else:
-            mine = landed_filter(query["_id"], new_op(update))
-        if fallback is not None:
-            fallback["$set"].update((f, v) for f, v in mine.items() if f != "_id")
-        mine.update((f, query[f]) for f in still)
+        doc_id = query["_id"]
+        mark = self.pass_ops.add(doc_id, query["token"]) if "token" in still else pushed_op(doc_id)
+        mine = {**mark.found, **{f: query[f] for f in still}}
 
         async def landed() -> bool:
             doc = await self.read_one(self.runs, mine, {"_id": 1})
             return doc is not None
 
         return await self.run_writes.guarded(
-            query, update, landed, beside=beside, fallback=fallback
+            query,
+            mark.on(update.document()),
+            landed,
+            beside=beside,
+            fallback=None if fallback is None else mark.on(fallback.document()),
         )
 
     @surface_oversize
@@ -343,7 +361,7 @@ class RunOps(DedupOps):
             to_set["error"] = dump_value(error)
             if status in TERMINAL:
                 to_unset.update(ENDED_UNSET)
-        journal_changes(to_set, to_unset, outcomes, forget)
+        update = RunUpdate(to_set, to_unset).with_journal(outcomes, forget)
         query: Doc = {
             "_id": _id(run_id),
             "token": check_int(token, "token"),
@@ -355,7 +373,7 @@ class RunOps(DedupOps):
             self.pass_ops.forget(query["_id"], token)
         # A settle that landed must be recognised after another process has taken the
         # run over (its lease is free then): its id goes onto ``ops``, not the ring.
-        return await self._guarded(query, to_set, to_unset)
+        return await self._guarded(query, update)
 
     async def request_pass(self, run_id: str, *, changed: str | None = None) -> None:
         """1 update (group-committed)."""
@@ -403,17 +421,16 @@ class RunOps(DedupOps):
             to_unset.update(ENDED_UNSET)
         elif status != "queued":
             to_unset.update(line="", not_before_us="")
-        journal_changes(to_set, to_unset, (), forget)
         query = {"_id": _id(run_id), "status": {"$in": check_strs(expect, "expected run status")}}
-        update = update_of(to_set, to_unset)
-        op = new_op(update)
+        mark = pushed_op(_id(run_id))
+        update = mark.on(RunUpdate(to_set, to_unset).with_journal((), forget).document())
         tries = 0
 
         async def once() -> Doc | None:
             nonlocal tries
             tries += 1
             if tries > 1:
-                mine = await self.read_one(self.runs, landed_filter(_id(run_id), op))
+                mine = await self.read_one(self.runs, mark.found)
                 if mine is not None:
                     return mine
             return await self.runs.find_one_and_update(

@@ -29,12 +29,11 @@ from pymongo.errors import BulkWriteError, DocumentTooLarge, DuplicateKeyError, 
 
 from pikku_mongo.wire.documents import Doc
 from pikku_mongo.wire.retry import is_transient, retrying, unavailable
-from pikku_mongo.writes.queued import Confirm, Kind, QueuedWrite
+from pikku_mongo.writes.queued import DUPLICATE_KEY, Confirm, Kind, Outcome, QueuedWrite, failure_of
 from pikku_mongo.writes.riding import NotServed, send_riding
 
 log = logging.getLogger("pikku_mongo.writes.batcher")
 
-_DUPLICATE_KEY = 11000
 #: At most this many writes in one bulk (well under the server's 100,000 and 48 MB).
 MAX_BATCH = 1000
 #: How many turns of the event loop a riding write waits for a batch to ride on.
@@ -162,7 +161,7 @@ class Batcher:
 
     async def _send_riding(
         self, batch: Sequence[QueuedWrite], riders: Sequence[QueuedWrite]
-    ) -> list[bool | BaseException] | None:
+    ) -> list[Outcome] | None:
         """``batch`` (with the ``beside`` writes of its writes) and ``riders`` in one
         command (more only when a guard failed), the riders settled here; None when the
         server serves no such command (the riders go back to their own batcher)."""
@@ -172,8 +171,13 @@ class Batcher:
             write.sent += 1
         streams = self._riders.collection if self._riders is not None else None
         try:
-            outcomes, commands = await send_riding(
-                self.collection, streams, self._beside, self._scratch, batch, riders
+            ridden = await send_riding(
+                batch,
+                riders,
+                runs=self.collection,
+                streams=streams,
+                beside=self._beside,
+                scratch=self._scratch,
             )
         except NotServed as exc:
             log.info("no client-level bulkWrite on this server (%s): streams write apart, "
@@ -186,7 +190,8 @@ class Batcher:
         except BaseException:
             self._give_back(riders)
             raise
-        self.commands += commands
+        outcomes = ridden.outcomes
+        self.commands += ridden.commands
         self.writes += len(batch)
         if self._riders is not None:
             self._riders.writes += len(riders)
@@ -263,67 +268,62 @@ class Batcher:
             await self._beside.bulk_write(requests, ordered=False)
         except BulkWriteError as exc:
             errors = exc.details.get("writeErrors", [])
-            if any(int(e.get("code", 0)) != _DUPLICATE_KEY for e in errors):
+            if any(int(e.get("code", 0)) != DUPLICATE_KEY for e in errors):
                 raise
             # A duplicate key: that document has moved on to a later attempt.
 
-    async def _send(self, batch: Sequence[QueuedWrite]) -> list[bool | BaseException]:
+    async def _send(self, batch: Sequence[QueuedWrite]) -> list[Outcome]:
+        """Send the writes of ``batch`` and return each one's outcome: in one command
+        with the writes riding on it (:mod:`pikku_mongo.writes.riding`) when there are
+        some, else alone as its plain command, or in an unordered bulk."""
         riders = self._take_riders()
         if riders or (self.beside_served and any(w.beside for w in batch)):
             riding = await self._send_riding(batch, riders)
             if riding is not None:
                 return riding
         for write in batch:
-            if write.fallback is not None:  # no client-level bulkWrite: the journal form
-                write.update, write.fallback, write.beside = write.fallback, None, ()
+            write.in_journal_form()  # no client-level bulkWrite: the outcomes in the journal
         self.commands += 1
         self.writes += len(batch)
         for write in batch:
             write.sent += 1
         if len(batch) == 1:
             return [await self._send_one(batch[0])]
-        requests: list[InsertOne[Doc] | UpdateOne] = []
-        for write in batch:
-            if write.kind == "insert":
-                requests.append(InsertOne(write.filter))
-            else:
-                requests.append(
-                    UpdateOne(write.filter, write.update, upsert=write.kind != "update")
-                )
+        return await self._send_bulk(batch)
+
+    async def _send_bulk(self, batch: Sequence[QueuedWrite]) -> list[Outcome]:
+        """``batch`` in one unordered bulk write. Each write learns its outcome from its
+        own write error, and a guarded write also from whether it upserted: then its
+        guard failed, and the document it made is deleted."""
         errors: dict[int, Doc] = {}
         upserted: dict[int, Any] = {}
         try:
-            result = await self.collection.bulk_write(requests, ordered=False)
+            result = await self.collection.bulk_write(
+                [_request(write) for write in batch], ordered=False
+            )
             upserted = dict(result.upserted_ids or {})
         except DocumentTooLarge:
             # One write can go in no command at all (refused before anything was sent):
             # send each alone, so that only that one fails.
             return [await self._send_one(write) for write in batch]
         except BulkWriteError as exc:
-            details = exc.details
-            errors = {int(e["index"]): e for e in details.get("writeErrors", [])}
-            upserted = {int(u["index"]): u["_id"] for u in details.get("upserted", [])}
-        outcomes: list[bool | BaseException] = []
-        scratch: list[Any] = []
-        for index, write in enumerate(batch):
-            error = errors.get(index)
-            if error is not None:
-                if int(error.get("code", 0)) == _DUPLICATE_KEY:
-                    outcomes.append(False)
-                else:
-                    outcomes.append(
-                        OperationFailure(str(error.get("errmsg", error)), error.get("code"))
-                    )
-            elif write.kind == "guarded" and index in upserted:
-                scratch.append(upserted[index])
-                outcomes.append(False)
-            else:
-                outcomes.append(True)
-        if scratch:
-            await self.collection.delete_many({"_id": {"$in": scratch}, **self._scratch})
-        return outcomes
+            errors = {int(e["index"]): e for e in exc.details.get("writeErrors", [])}
+            upserted = {int(u["index"]): u["_id"] for u in exc.details.get("upserted", [])}
+        made = [
+            upserted[index]
+            for index, write in enumerate(batch)
+            if write.kind == "guarded" and index in upserted and index not in errors
+        ]
+        if made:
+            await self.collection.delete_many({"_id": {"$in": made}, **self._scratch})
+        return [
+            failure_of(errors[index])
+            if index in errors
+            else not (write.kind == "guarded" and index in upserted)
+            for index, write in enumerate(batch)
+        ]
 
-    async def _send_one(self, write: QueuedWrite) -> bool | BaseException:
+    async def _send_one(self, write: QueuedWrite) -> Outcome:
         try:
             if write.kind == "insert":
                 await self.collection.insert_one(write.filter)
@@ -338,6 +338,14 @@ class Batcher:
         except DocumentTooLarge as exc:
             return exc
         except OperationFailure as exc:
-            if exc.code == _DUPLICATE_KEY:
+            if exc.code == DUPLICATE_KEY:
                 return False
             return exc
+
+
+def _request(write: QueuedWrite) -> InsertOne[Doc] | UpdateOne:
+    """A queued write as a request of a bulk write (a guarded write as an upsert: its
+    failed guard is then its duplicate key, or the document it made)."""
+    if write.kind == "insert":
+        return InsertOne(write.filter)
+    return UpdateOne(write.filter, write.update, upsert=write.kind != "update")

@@ -1,10 +1,12 @@
 """How a pass's write of a run changes the run's journal (see
-:mod:`engine_core.journal`): which outcomes ride there, and the ``$set``/``$unset`` that
-puts them there or drops the entries copied out since."""
+:mod:`engine_core.journal`): which outcomes ride there, and the update
+(:class:`RunUpdate`) that puts them there or drops the entries copied out since."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 from engine_core.records import StepRecord
 from pikku_mongo.wire.checks import check_str
@@ -21,29 +23,37 @@ from pikku_mongo.wire.journal_text import step_to_text
 BESIDE_AT = 16
 
 
-def journal_changes(
-    to_set: Doc,
-    to_unset: Doc,
-    outcomes: Sequence[StepRecord],
-    forget: Iterable[str],
-    texts: Sequence[str] | None = None,
-) -> None:
-    """Add to ``to_set`` the journal entries of ``outcomes`` (``texts``: their texts,
-    when made already), and to ``to_unset`` the entries of ``forget`` that no outcome
-    replaces (both on one path would conflict)."""
-    keys = set()
-    for index, outcome in enumerate(outcomes):
-        keys.add(outcome.key)
-        text = step_to_text(outcome) if texts is None else texts[index]
-        to_set[f"journal.{inflight_field(outcome.key)}"] = text
-    for key in forget:
-        if check_str(key, "journal key") not in keys:
-            to_unset[f"journal.{inflight_field(key)}"] = ""
+@dataclass(frozen=True)
+class RunUpdate:
+    """What a write of a run sets and unsets (no field in both), built up without
+    changing what it was built from."""
 
+    set: Mapping[str, Any]
+    unset: Mapping[str, Any] = field(default_factory=dict)
 
-def update_of(to_set: Doc, to_unset: Doc) -> Doc:
-    """The update document of ``to_set`` and ``to_unset`` (no empty ``$unset``)."""
-    update: Doc = {"$set": to_set}
-    if to_unset:
-        update["$unset"] = to_unset
-    return update
+    def with_journal(
+        self,
+        outcomes: Sequence[StepRecord] = (),
+        forget: Iterable[str] = (),
+        texts: Sequence[str] | None = None,
+    ) -> RunUpdate:
+        """This update, also putting ``outcomes`` in the run's journal (``texts``: their
+        texts, when made already) and dropping the entries of ``forget`` that no
+        outcome replaces (both on one path would conflict)."""
+        to_set, to_unset = dict(self.set), dict(self.unset)
+        keys = set()
+        for index, outcome in enumerate(outcomes):
+            keys.add(outcome.key)
+            text = step_to_text(outcome) if texts is None else texts[index]
+            to_set[f"journal.{inflight_field(outcome.key)}"] = text
+        for key in forget:
+            if check_str(key, "journal key") not in keys:
+                to_unset[f"journal.{inflight_field(key)}"] = ""
+        return RunUpdate(to_set, to_unset)
+
+    def document(self) -> Doc:
+        """The update document (no empty ``$unset``)."""
+        update: Doc = {"$set": dict(self.set)}
+        if self.unset:
+            update["$unset"] = dict(self.unset)
+        return update

@@ -23,6 +23,7 @@ import itertools
 import os
 import uuid
 from collections import OrderedDict
+from dataclasses import dataclass
 
 from pikku_mongo.wire.documents import Doc
 
@@ -46,20 +47,36 @@ if hasattr(os, "register_at_fork"):  # not on Windows
     os.register_at_fork(after_in_child=_new_prefix)
 
 
-def new_op(update: Doc) -> str:
-    """Add a fresh operation id to ``update`` (which must not push to ``ops`` already)
-    and return it."""
-    op = f"{_PREFIX}{next(_COUNT):x}"
-    update.setdefault("$push", {})["ops"] = {"$each": [op], "$slice": -OPS_KEPT}
-    return op
+@dataclass(frozen=True)
+class OpMark:
+    """An operation id as a write carries it: what the write adds to its update for
+    it, and the filter that finds the run while the run holds it."""
+
+    update: Doc
+    found: Doc
+
+    def on(self, update: Doc) -> Doc:
+        """``update`` with this mark's fields added (a new document; ``update`` and its
+        parts stay as they were)."""
+        marked = dict(update)
+        for operator, fields in self.update.items():
+            marked[operator] = {**marked.get(operator, {}), **fields}
+        return marked
 
 
-def landed_filter(doc_id: str, op: str) -> Doc:
-    """The run, if the write with operation id ``op`` landed on it (and was not pushed out
-    by ``OPS_KEPT`` later ones)."""
+def _fresh() -> str:
+    return f"{_PREFIX}{next(_COUNT):x}"
+
+
+def pushed_op(doc_id: str) -> OpMark:
+    """A fresh operation id pushed onto the run's ``ops`` (of which it keeps the last
+    ``OPS_KEPT``); found while not pushed out by as many later ones."""
+    op = _fresh()
     # Plain ``{ops: op}``: array containment on every server (nx-27017's ``$eq`` does
     # not look inside arrays); the ``_id`` finds the document.
-    return {"_id": doc_id, "ops": op}
+    return OpMark(
+        {"$push": {"ops": {"$each": [op], "$slice": -OPS_KEPT}}}, {"_id": doc_id, "ops": op}
+    )
 
 
 class PassOps:
@@ -71,18 +88,16 @@ class PassOps:
         self._size = size
         self._next: OrderedDict[tuple[str, int], int] = OrderedDict()
 
-    def add(self, doc_id: str, token: int, update: Doc) -> Doc:
-        """Set a fresh operation id in ``update``'s ``$set`` (in this pass's next slot)
-        and return the filter that finds the run while it holds that id."""
+    def add(self, doc_id: str, token: int) -> OpMark:
+        """A fresh operation id in this pass's next slot of the ring."""
         pass_key = (doc_id, token)
         n = self._next.pop(pass_key, 0)
         self._next[pass_key] = n + 1
         if len(self._next) > self._size:
             self._next.popitem(last=False)
-        op = f"{_PREFIX}{next(_COUNT):x}"
-        field = f"{RING}.s{n % OPS_KEPT}"
-        update.setdefault("$set", {})[field] = op
-        return {"_id": doc_id, field: op}
+        op = _fresh()
+        slot = f"{RING}.s{n % OPS_KEPT}"
+        return OpMark({"$set": {slot: op}}, {"_id": doc_id, slot: op})
 
     def forget(self, doc_id: str, token: int) -> None:
         """The pass holding ``token`` on run ``doc_id`` has ended: drop its count."""

@@ -29,113 +29,101 @@ entries then go in a command of their own, and the outcomes in the run's journal
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from pymongo import InsertOne, UpdateOne
 from pymongo.errors import ClientBulkWriteException, InvalidOperation, OperationFailure
 
 from pikku_mongo.wire.documents import Doc
-from pikku_mongo.writes.queued import QueuedWrite
+from pikku_mongo.writes.queued import DUPLICATE_KEY, Outcome, QueuedWrite, failure_of
 
 if TYPE_CHECKING:
     from pymongo.asynchronous.collection import AsyncCollection
 
-_DUPLICATE_KEY = 11000
 #: Codes of a server that does not know the command (and nx-27017's own refusal).
 _UNKNOWN_COMMAND = (59, 115)
 
-Outcome = bool | BaseException
 _Model = InsertOne[Any] | UpdateOne
-#: One model of the command: the write it belongs to (its index), what it is, and its
-#: filter's shard key (a ``beside`` write's).
-_Item = tuple[int, Literal["run", "beside", "rider"], _Model, "Doc"]
 
 
 class NotServed(Exception):
     """The server serves no client-level ``bulkWrite``: send as before."""
 
 
+@dataclass(frozen=True)
+class Ridden:
+    """What sending writes that ride together came to: each write's outcome (the batch's,
+    then the riders'), and the commands it took."""
+
+    outcomes: list[Outcome]
+    commands: int
+
+
+@dataclass(frozen=True)
+class _Item:
+    """One model of the command: the write it belongs to (its index among the batch and
+    the riders), what it is, and its filter's shard key (a ``beside`` write's)."""
+
+    index: int
+    role: Literal["run", "beside", "rider"]
+    model: _Model
+    shard: Doc
+
+
 async def send_riding(
+    batch: Sequence[QueuedWrite],
+    riders: Sequence[QueuedWrite],
+    *,
     runs: AsyncCollection[Doc],
     streams: AsyncCollection[Doc] | None,
     beside: AsyncCollection[Doc] | None,
     scratch: Doc,
-    batch: Sequence[QueuedWrite],
-    riders: Sequence[QueuedWrite],
-) -> tuple[list[Outcome], int]:
-    """Send ``batch`` (run writes, with their ``beside`` writes into ``beside``) and
-    ``riders`` (inserts into ``streams``); the outcomes of ``batch`` then ``riders``, in
-    order, and the commands it took. Raises :class:`NotServed` (nothing was applied) on
-    a server without the command. ``scratch``: what matches a run document only a
+) -> Ridden:
+    """Send ``batch`` (run writes into ``runs``, with their ``beside`` writes into
+    ``beside``) and ``riders`` (inserts into ``streams``) in one client-level command,
+    and more only after a failed guard. Raises :class:`NotServed` (nothing was applied)
+    on a server without the command. ``scratch``: what matches a run document only a
     guarded upsert can have made."""
-    items: list[_Item] = []
-    ordered = False
-    for index, write in enumerate(batch):
-        items.append((index, "run", _run_model(runs, write), {}))
-        if write.beside and beside is not None:
-            ordered = True
-            for filter, update in write.beside:
-                model: _Model = UpdateOne(filter, update, upsert=True, namespace=beside.full_name)
-                shard = {"run_id": filter["run_id"]} if "run_id" in filter else {}
-                items.append((index, "beside", model, shard))
-    for index, write in enumerate(riders, len(batch)):
-        assert streams is not None
-        insert: _Model = InsertOne(write.filter, namespace=streams.full_name)
-        items.append((index, "rider", insert, {}))
-    writes = [*batch, *riders]
-    outcomes: list[Outcome | None] = [None] * len(writes)
-    made: list[Any] = []  # run documents only a failed guard made
-    let_through: list[Doc] = []  # and the outcomes that came after them
+    items = _items(batch, riders, runs=runs, streams=streams, beside=beside)
+    ordered = any(item.role == "beside" for item in items)
+    ride = _Ride([*batch, *riders])
     commands = 0
     while items:
-        result, errors = await _command(runs, [item[2] for item in items], ordered, commands)
+        result, errors = await _command(runs, [item.model for item in items], ordered, commands)
         commands += 1
-        updates = result.update_results if result.has_verbose_results else {}
         # Ordered, the command stops at its first error: the items after it were not
         # attempted (unordered, every item was).
         stop = min(errors) if ordered and errors else len(items)
-        for position in range(min(stop + 1, len(items))):
-            index, role, _, shard = items[position]
-            error = errors.get(position)
-            write = writes[index]
-            if error is not None:
-                if role != "beside":
-                    outcomes[index] = _failure(error)
-                elif int(error.get("code", 0)) != _DUPLICATE_KEY:
-                    # The run write landed and this outcome did not: the pass must not
-                    # go on as if it had (its next write carries it again).
-                    outcomes[index] = _failure(error)
-                # (A duplicate key: that step has moved on to a later attempt.)
-            elif role == "run":
-                applied = updates.get(position)
-                if write.kind == "guarded" and write.beside and applied is not None:
-                    if applied.upserted_id is not None:
-                        made.append(applied.upserted_id)
-                        outcomes[index] = False
-                    else:
-                        outcomes[index] = True
-                elif write.kind == "guarded":
-                    outcomes[index] = applied is not None and applied.matched_count == 1
-                else:
-                    outcomes[index] = True
-            elif role == "beside":
-                applied = updates.get(position)
-                if outcomes[index] is False and applied is not None and applied.upserted_id:
-                    let_through.append({"_id": applied.upserted_id, **shard})
-            elif outcomes[index] is None:
-                outcomes[index] = True
-        rest = stop + 1
-        if rest < len(items) and items[stop][1] == "run":
-            # A run write that failed: its outcomes were not attempted, and must not be.
-            failed = items[stop][0]
-            while rest < len(items) and items[rest][0] == failed:
-                rest += 1
-        items = items[rest:]
-    if made:
-        await runs.delete_many({"_id": {"$in": made}, **scratch})
-    if let_through and beside is not None:
-        await beside.delete_many({"$or": let_through})
-    return [True if o is None else o for o in outcomes], commands
+        ride.read(items[: stop + 1], result, errors)
+        items = _not_attempted(items, stop)
+    await ride.clean_up(runs=runs, beside=beside, scratch=scratch)
+    return Ridden(ride.outcomes(), commands)
+
+
+def _items(
+    batch: Sequence[QueuedWrite],
+    riders: Sequence[QueuedWrite],
+    *,
+    runs: AsyncCollection[Doc],
+    streams: AsyncCollection[Doc] | None,
+    beside: AsyncCollection[Doc] | None,
+) -> list[_Item]:
+    """The command's models, in order: each run write followed by its ``beside``
+    writes, then the riders."""
+    items: list[_Item] = []
+    for index, write in enumerate(batch):
+        items.append(_Item(index, "run", _run_model(runs, write), {}))
+        if write.beside and beside is not None:
+            for filter, update in write.beside:
+                model = UpdateOne(filter, update, upsert=True, namespace=beside.full_name)
+                shard = {"run_id": filter["run_id"]} if "run_id" in filter else {}
+                items.append(_Item(index, "beside", model, shard))
+    for index, write in enumerate(riders, len(batch)):
+        assert streams is not None
+        insert: _Model = InsertOne(write.filter, namespace=streams.full_name)
+        items.append(_Item(index, "rider", insert, {}))
+    return items
 
 
 def _run_model(runs: AsyncCollection[Doc], write: QueuedWrite) -> _Model:
@@ -147,10 +135,76 @@ def _run_model(runs: AsyncCollection[Doc], write: QueuedWrite) -> _Model:
     return UpdateOne(write.filter, write.update, upsert=upsert, namespace=runs.full_name)
 
 
-def _failure(error: Any) -> Outcome:
-    if int(error.get("code", 0)) == _DUPLICATE_KEY:
-        return False
-    return OperationFailure(str(error.get("errmsg", error)), error.get("code"))
+def _not_attempted(items: list[_Item], stop: int) -> list[_Item]:
+    """The items an ordered command stopped before (at ``stop``), to send again; a run
+    write that failed takes its ``beside`` writes with it: they must not land."""
+    rest = stop + 1
+    if rest < len(items) and items[stop].role == "run":
+        failed = items[stop].index
+        while rest < len(items) and items[rest].index == failed:
+            rest += 1
+    return items[rest:]
+
+
+class _Ride:
+    """What the commands of one send have told of its writes so far: each one's outcome,
+    and what a failed guard let be made (a run document, and the outcomes after it)."""
+
+    def __init__(self, writes: Sequence[QueuedWrite]) -> None:
+        self._writes = writes
+        self._outcomes: list[Outcome | None] = [None] * len(writes)
+        self._made: list[Any] = []  # run documents only a failed guard made
+        self._let_through: list[Doc] = []  # and the outcomes that came after them
+
+    def outcomes(self) -> list[Outcome]:
+        """Each write's outcome (a rider that met no error landed)."""
+        return [True if o is None else o for o in self._outcomes]
+
+    def read(self, items: Sequence[_Item], result: Any, errors: dict[int, Any]) -> None:
+        """Learn from one command's ``result`` and ``errors`` (by position) the items it
+        attempted, ``items``."""
+        updates = result.update_results if result.has_verbose_results else {}
+        for position, item in enumerate(items):
+            error = errors.get(position)
+            if error is not None:
+                self._failed(item, error)
+            elif item.role == "run":
+                self._ran(item, updates.get(position))
+            elif item.role == "beside":
+                self._beside(item, updates.get(position))
+            elif self._outcomes[item.index] is None:
+                self._outcomes[item.index] = True
+
+    def _failed(self, item: _Item, error: Any) -> None:
+        # A duplicate key on an outcome: that step has moved on to a later attempt. Any
+        # other error on one: the run write landed and this outcome did not, so the pass
+        # must not go on as if it had (its next write carries it again).
+        if item.role != "beside" or int(error.get("code", 0)) != DUPLICATE_KEY:
+            self._outcomes[item.index] = failure_of(error)
+
+    def _ran(self, item: _Item, applied: Any) -> None:
+        write = self._writes[item.index]
+        if write.kind != "guarded":
+            self._outcomes[item.index] = True
+        elif write.beside and applied is not None:  # an upsert: one it made failed its guard
+            if applied.upserted_id is not None:
+                self._made.append(applied.upserted_id)
+            self._outcomes[item.index] = applied.upserted_id is None
+        else:
+            self._outcomes[item.index] = applied is not None and applied.matched_count == 1
+
+    def _beside(self, item: _Item, applied: Any) -> None:
+        if self._outcomes[item.index] is False and applied is not None and applied.upserted_id:
+            self._let_through.append({"_id": applied.upserted_id, **item.shard})
+
+    async def clean_up(
+        self, *, runs: AsyncCollection[Doc], beside: AsyncCollection[Doc] | None, scratch: Doc
+    ) -> None:
+        """Delete what failed guards let be made."""
+        if self._made:
+            await runs.delete_many({"_id": {"$in": self._made}, **scratch})
+        if self._let_through and beside is not None:
+            await beside.delete_many({"$or": self._let_through})
 
 
 async def _command(
