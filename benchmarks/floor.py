@@ -124,7 +124,7 @@ def floor_document(i: int) -> dict[str, Any]:
 async def _collection(
     base_uri: str, docs: int, indexed: bool = False
 ) -> AsyncIterator[tuple[Any, list[Any], Any]]:
-    from pikku_mongo.store.mongo_store import DEFAULT_WRITE_CONCERN
+    from pikku_mongo.store.options import DEFAULT_WRITE_CONCERN
     from pikku_mongo.wire.indexes import RUN_INDEXES
 
     name = fresh_db_name("floor")

@@ -122,9 +122,11 @@ MONGO_LAYERS: list[set[str]] = [
     {"writes.batcher"},
     {"writes"},
     # store: MongoStore and its parts
-    {"store.declared_ops", "store.worker_ops", "store.fork_ops", "store.listing"},
+    {"store.served", "store.options", "store.declared_ops", "store.worker_ops"},
+    {"store.lease_ops", "store.event_ops", "store.fork_ops", "store.listing"},
     {"store.schedule_ops", "store.stream_ops", "store.job_index", "store.line_index"},
-    {"store.dedup_ops"},
+    {"store.dedup_ops", "store.targeting"},
+    {"store.prune_ops"},
     {"store.migrations", "store.queue_ops", "store.run_ops", "store.step_ops"},
     {"store.mongo_store"},
     {"store"},

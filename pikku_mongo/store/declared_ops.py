@@ -27,7 +27,8 @@ _FIELDS = ("concurrency", "worker_concurrency", "key_concurrency", "rate")
 class DeclaredOps:
     """Declared queue limits (see the module docstring)."""
 
-    queue_limits: AsyncCollection[Doc]
+    def __init__(self, queue_limits: AsyncCollection[Doc]) -> None:
+        self.queue_limits = queue_limits
 
     @transient_retry
     async def put_queue_limits(self, name: str, limits: dict[str, Any]) -> None:

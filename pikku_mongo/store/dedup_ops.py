@@ -37,17 +37,26 @@ from pikku_mongo.writes.batcher import Batcher
 ORPHAN_AFTER_S = 60.0
 
 
-class DedupOps(SkewBound, CausalReads):
+class DedupOps:
     """The dedup claims of :class:`~pikku_mongo.MongoStore`."""
 
-    runs: AsyncCollection[Doc]
-    dedup: AsyncCollection[Doc]
-    dedup_writes: Batcher
+    def __init__(
+        self,
+        *,
+        runs: AsyncCollection[Doc],
+        dedup: AsyncCollection[Doc],
+        dedup_writes: Batcher,
+        reads: CausalReads,
+        skew: SkewBound,
+    ) -> None:
+        self.runs = runs
+        self.dedup = dedup
+        self.dedup_writes = dedup_writes
+        self.reads = reads
+        self.skew = skew
 
     @transient_retry
-    async def _claim_dedup(
-        self, key: str, run_id: str, *, now: datetime | None = None
-    ) -> str | None:
+    async def claim(self, key: str, run_id: str, *, now: datetime | None = None) -> str | None:
         """Take the claim ``key`` (a packed dedup key) for the packed ``run_id``: None
         when it is this run's now, else the (unpacked) id of the live run holding it.
         1 insert when the key is free; else 2 finds, and 1 findAndModify to take over a
@@ -56,7 +65,7 @@ class DedupOps(SkewBound, CausalReads):
             at = to_us(now or utcnow())
             if await self.dedup_writes.insert({"_id": key, "run_id": run_id, "at_us": at}):
                 return None
-            claim = await self.read_one(self.dedup, {"_id": key})
+            claim = await self.reads.read_one(self.dedup, {"_id": key})
             if claim is None:
                 continue  # purged between the commands
             holder = claim["run_id"]
@@ -74,26 +83,31 @@ class DedupOps(SkewBound, CausalReads):
     async def _holds(self, claim: Doc, at_us: int) -> bool:
         """Whether the run of ``claim`` still holds it: it is not terminal, or it does not
         exist yet and the claim is younger than :data:`ORPHAN_AFTER_S`."""
-        run = await self.read_one(self.runs, {"_id": claim["run_id"]}, {"status": 1})
+        run = await self.reads.read_one(self.runs, {"_id": claim["run_id"]}, {"status": 1})
         if run is not None:
             return run.get("status") not in TERMINAL
-        orphan_at = int(claim.get("at_us", 0)) + round(ORPHAN_AFTER_S * 1e6) + self._skew_us
+        orphan_at = int(claim.get("at_us", 0)) + round(ORPHAN_AFTER_S * 1e6) + self.skew.skew_us
         return at_us < orphan_at
 
     @transient_retry
     async def dedup_holder(self, queue: str | None, dedup_id: str) -> str | None:
         """2 finds at most (the claim, then its run)."""
-        claim = await self.read_one(
+        claim = await self.reads.read_one(
             self.dedup, {"_id": dedup_key(queue, check_str(dedup_id, "dedup_id"))}
         )
         if claim is None or not await self._holds(claim, to_us(utcnow())):
             return None
         return unpack(claim["run_id"])
 
-    async def _release_dedup(self, key: str, run_id: str) -> None:
+    async def release(self, key: str, run_id: str) -> None:
         """Give back the claim ``key`` if ``run_id`` holds it (a claim taken for a start
         that found its run id taken)."""
         await self.dedup.delete_one({"_id": key, "run_id": eq(run_id)})
+
+    async def purge(self, run_ids: list[str]) -> None:
+        """Delete the claims of the runs ``run_ids`` (packed), being deleted: 1
+        delete."""
+        await self.dedup.delete_many({"run_id": {"$in": run_ids}})
 
 
 async def move_dedup_claims(runs: AsyncCollection[Doc], dedup: AsyncCollection[Doc]) -> int:

@@ -22,12 +22,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 from pymongo.asynchronous.collection import AsyncCollection
 
 from engine_core.errors import DuplicateRunError
 from engine_core.records import RunRecord, StepRecord, utcnow
+from engine_core.store import Store
 from pikku_mongo.wire.causal import CausalReads
 from pikku_mongo.wire.checks import check_int, check_str
 from pikku_mongo.wire.documents import Doc, run_from_doc
@@ -39,18 +39,24 @@ from pikku_mongo.wire.retry import transient_retry
 CLEAN_BATCH = 100
 
 
-class ForkOps(CausalReads):
-    """The fork methods of :class:`~pikku_mongo.MongoStore`."""
+class ForkOps:
+    """The fork methods of :class:`~pikku_mongo.MongoStore`. A fork's steps and run are
+    written as ``store`` writes steps and runs."""
 
-    runs: AsyncCollection[Doc]
-    steps: AsyncCollection[Doc]
-    forks: AsyncCollection[Doc]
-
-    if TYPE_CHECKING:
-
-        async def save_steps(self, steps: Sequence[StepRecord]) -> None: ...
-
-        async def insert_run(self, run: RunRecord) -> RunRecord | None: ...
+    def __init__(
+        self,
+        *,
+        runs: AsyncCollection[Doc],
+        steps: AsyncCollection[Doc],
+        forks: AsyncCollection[Doc],
+        reads: CausalReads,
+        store: Store,
+    ) -> None:
+        self.runs = runs
+        self.steps = steps
+        self.forks = forks
+        self.reads = reads
+        self.store = store
 
     async def fork_run(self, run: RunRecord, steps: Sequence[StepRecord]) -> RunRecord | None:
         """1 find; when no run has the id: 1 upsert (the marker), the steps (1 bulk write
@@ -61,21 +67,21 @@ class ForkOps(CausalReads):
         if existing is not None:
             return existing
         await self._mark(fork_id, run)
-        await copy_steps(self, steps)
+        await copy_steps(self.store, steps)
         try:
-            made = await self.insert_run(run)
+            made = await self.store.insert_run(run)
         except DuplicateRunError:
             await self._undo(fork_id)
             raise
         if made is None and not await self._unmark(fork_id):
             # Cleaned up under us (this call stood an hour between its writes): the run
             # is written now, so the steps go back for good.
-            await copy_steps(self, steps)
+            await copy_steps(self.store, steps)
         return made
 
     @transient_retry
     async def _find_run(self, packed_id: str) -> RunRecord | None:
-        doc = await self.read_one(self.runs, {"_id": packed_id})
+        doc = await self.reads.read_one(self.runs, {"_id": packed_id})
         return run_from_doc(doc) if doc is not None else None
 
     @transient_retry
@@ -99,7 +105,7 @@ class ForkOps(CausalReads):
         taken = await self.forks.find_one_and_delete({"_id": packed_id})
         if taken is None:
             return False
-        if await self.read_one(self.runs, {"_id": packed_id}, {"_id": 1}) is not None:
+        if await self.reads.read_one(self.runs, {"_id": packed_id}, {"_id": 1}) is not None:
             return False  # made whole: only its marker was left
         await self.steps.delete_many({"run_id": eq(packed_id)})
         return True
@@ -128,7 +134,7 @@ class ForkOps(CausalReads):
         return await cursor.limit(CLEAN_BATCH).to_list()
 
 
-async def copy_steps(store: ForkOps, steps: Sequence[StepRecord]) -> None:
+async def copy_steps(store: Store, steps: Sequence[StepRecord]) -> None:
     """Write a fork's copied steps as the store writes step records (``save_steps``:
     whole documents, group-committed upserts guarded by attempts; safe to repeat). The
     one place that knows how a fork's steps are stored."""

@@ -19,7 +19,7 @@ from pymongo.asynchronous.collection import AsyncCollection
 from engine_core.records import RunRecord
 from pikku_mongo.wire.checks import check_datetime, check_int, check_opt_str
 from pikku_mongo.wire.documents import lean_run_from_doc, made_key, run_from_doc
-from pikku_mongo.wire.encoding import pack, to_us
+from pikku_mongo.wire.encoding import pack, to_us, unpack
 from pikku_mongo.wire.filters import eq, id_prefix_range
 from pikku_mongo.wire.retry import transient_retry
 
@@ -87,9 +87,11 @@ async def backfill_made(meta: AsyncCollection[Doc], runs: AsyncCollection[Doc]) 
 
 
 class ListingOps:
-    """``MongoStore.list_runs``."""
+    """``MongoStore``'s lists of runs, their counts by status, and the workflows that
+    have runs (what the dashboard, the CLI and ``engine.list_runs`` read)."""
 
-    runs: AsyncCollection[Doc]
+    def __init__(self, runs: AsyncCollection[Doc]) -> None:
+        self.runs = runs
 
     @transient_retry
     async def list_runs(
@@ -160,3 +162,27 @@ class ListingOps:
         docs = await cursor.to_list()
         decode = lean_run_from_doc if lean else run_from_doc
         return [decode(doc) for doc in docs]
+
+    @transient_retry
+    async def count_runs(self, *, workflow: str | None = None) -> dict[str, int]:
+        """1 aggregate: a ``$match``, then ``$group`` on status. Unfiltered, the match is
+        a range over every status (each is a string), so MongoDB can count from the
+        (status, updated_at) index without fetching the documents; of one workflow, the
+        workflow index serves it. (On nx-27017 the range costs nothing, while a ``$sort``
+        or an ``$in`` there made the count 15 to 20 times slower at 100,000 runs.)"""
+        if check_opt_str(workflow, "workflow") is not None:
+            match: Doc = {"workflow": eq(pack(cast(str, workflow)))}
+        else:
+            match = {"status": {"$gte": ""}}
+        pipeline: list[Doc] = [
+            {"$match": match},
+            {"$group": {"_id": "$status", "n": {"$sum": 1}}},
+        ]
+        cursor = await self.runs.aggregate(pipeline)
+        return {cast(str, doc["_id"]): int(doc["n"]) for doc in await cursor.to_list()}
+
+    @transient_retry
+    async def list_workflows(self) -> list[str]:
+        """1 distinct on ``workflow`` (the workflow index serves it)."""
+        names = await self.runs.distinct("workflow")
+        return sorted(unpack(name) for name in names if isinstance(name, str))

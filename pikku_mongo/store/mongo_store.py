@@ -71,83 +71,76 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
-from dataclasses import replace
-from datetime import UTC, timedelta
 from typing import Any, cast
 
-from bson.codec_options import CodecOptions
-from pymongo import AsyncMongoClient, ReturnDocument
+from pymongo import AsyncMongoClient
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.asynchronous.database import AsyncDatabase
-from pymongo.errors import DuplicateKeyError
 from pymongo.read_concern import ReadConcern
 from pymongo.read_preferences import ReadPreference
 from pymongo.write_concern import WriteConcern
 
-from engine_core.durations import Duration, parse_duration
-from engine_core.records import EventRecord, Lease, utcnow
+from engine_core.durations import Duration
 from pikku_mongo.errors import MissingDatabaseError
 from pikku_mongo.store.declared_ops import DeclaredOps
+from pikku_mongo.store.dedup_ops import DedupOps
+from pikku_mongo.store.event_ops import EventOps
 from pikku_mongo.store.fork_ops import ForkOps
 from pikku_mongo.store.job_index import JobIndex
+from pikku_mongo.store.lease_ops import LeaseOps
 from pikku_mongo.store.line_index import LineIndex
 from pikku_mongo.store.listing import ListingOps, backfill_made
 from pikku_mongo.store.migrations import migrate
+from pikku_mongo.store.options import (
+    CODEC_OPTIONS,
+    DEFAULT_MAX_CLOCK_SKEW,
+    check_options,
+    check_targeting,
+)
+from pikku_mongo.store.prune_ops import PruneOps
 from pikku_mongo.store.queue_ops import QueueOps
 from pikku_mongo.store.run_ops import RunOps
 from pikku_mongo.store.schedule_ops import ScheduleOps
+from pikku_mongo.store.served import ServedBy
 from pikku_mongo.store.step_ops import StepOps
 from pikku_mongo.store.stream_ops import StreamOps
+from pikku_mongo.store.targeting import Targeting
 from pikku_mongo.store.worker_ops import WorkerOps
-from pikku_mongo.wire.causal import OperationClock, find_clock
-from pikku_mongo.wire.checks import check_int, check_str
+from pikku_mongo.wire.causal import CausalReads, OperationClock, find_clock
+from pikku_mongo.wire.checks import check_str
 from pikku_mongo.wire.command_metrics import CommandCounter
-from pikku_mongo.wire.documents import (
-    Doc,
-    event_from_doc,
-    event_to_doc,
-    lease_expiry,
-    lease_from_doc,
-)
-from pikku_mongo.wire.encoding import EPOCH, pack, to_us
-from pikku_mongo.wire.filters import eq
+from pikku_mongo.wire.documents import Doc
 from pikku_mongo.wire.indexes import create_indexes
-from pikku_mongo.wire.journal_text import RecentTexts
 from pikku_mongo.wire.retry import transient_retry
 from pikku_mongo.wire.server import ClockOffset, hello, measure_clock_offset, topology
+from pikku_mongo.wire.skew import SkewBound
 from pikku_mongo.wire.uri import database_name, redact
 from pikku_mongo.wire.watch import job_inserts
 from pikku_mongo.writes.batcher import Batcher
-from pikku_mongo.writes.op_ids import PassOps
 
 log = logging.getLogger("pikku_mongo.store.mongo_store")
 
-#: Acknowledged by a majority of the replica set and journaled; a ``WTimeoutError``
-#: rather than an endless wait when no majority answers within 10 s.
-DEFAULT_WRITE_CONCERN = WriteConcern(w="majority", j=True, wtimeout=10_000)
-#: What a failover cannot roll back (used with a majority write concern).
-DEFAULT_READ_CONCERN = ReadConcern("majority")
-#: The bound on the clock difference between any two hosts (see "Clocks" above).
-DEFAULT_MAX_CLOCK_SKEW: Duration = "1s"
+#: The part serving each group of the store protocol's methods (the table at the end
+#: of :class:`MongoStore`).
+_runs: ServedBy[MongoStore, RunOps] = ServedBy(lambda store: store.run_ops)
+_listing: ServedBy[MongoStore, ListingOps] = ServedBy(lambda store: store.listing)
+_prune: ServedBy[MongoStore, PruneOps] = ServedBy(lambda store: store.prune_ops)
+_steps: ServedBy[MongoStore, StepOps] = ServedBy(lambda store: store.step_ops)
+_queues: ServedBy[MongoStore, QueueOps] = ServedBy(lambda store: store.queue_ops)
+_dedup: ServedBy[MongoStore, DedupOps] = ServedBy(lambda store: store.dedup_ops)
+_forks: ServedBy[MongoStore, ForkOps] = ServedBy(lambda store: store.fork_ops)
+_streams: ServedBy[MongoStore, StreamOps] = ServedBy(lambda store: store.stream_ops)
+_events: ServedBy[MongoStore, EventOps] = ServedBy(lambda store: store.event_ops)
+_leases: ServedBy[MongoStore, LeaseOps] = ServedBy(lambda store: store.lease_ops)
+_schedules: ServedBy[MongoStore, ScheduleOps] = ServedBy(lambda store: store.schedule_ops)
+_workers: ServedBy[MongoStore, WorkerOps] = ServedBy(lambda store: store.worker_ops)
+_declared: ServedBy[MongoStore, DeclaredOps] = ServedBy(lambda store: store.declared_ops)
 
-#: Datetimes come back timezone-aware in UTC; documents are plain dicts.
-CODEC_OPTIONS: CodecOptions[Doc] = CodecOptions(document_class=dict, tz_aware=True, tzinfo=UTC)
-_AFTER = ReturnDocument.AFTER
-_BY_ID = [("_id", 1)]
 
-
-class MongoStore(
-    RunOps,
-    ListingOps,
-    StepOps,
-    QueueOps,
-    ScheduleOps,
-    WorkerOps,
-    DeclaredOps,
-    ForkOps,
-    StreamOps,
-):
-    """The engine's store on a MongoDB database (see the module docstring)."""
+class MongoStore:
+    """The engine's store on a MongoDB database (see the module docstring), built from
+    parts it owns, one per collection or concern; each method of the store protocol is
+    one part's (the table at the end of the class)."""
 
     def __init__(
         self,
@@ -166,10 +159,10 @@ class MongoStore(
         tolerates (module docstring, "Clocks"); 0 on a single host. ``change_streams``:
         wake idle workers from a change stream where the server serves one.
         ``targeted_polling``: keep the job and line indexes
-        (:mod:`pikku_mongo.store.job_index`, :mod:`pikku_mongo.store.line_index`) so a worker's poll
-        for due jobs and an admitter's read of its line go to one shard, not every
-        shard; None (the default) turns it on at :meth:`init` when the server is a
-        mongos (a sharded cluster) and leaves it off elsewhere, where it would only
+        (:mod:`pikku_mongo.store.job_index`, :mod:`pikku_mongo.store.line_index`) so a
+        worker's poll for due jobs and an admitter's read of its line go to one shard,
+        not every shard; None (the default) turns it on at :meth:`init` when the server
+        is a mongos (a sharded cluster) and leaves it off elsewhere, where it would only
         cost writes. Every process of a fleet must agree. Deciding reads are causally
         consistent when ``database``'s client has a
         :class:`~pikku_mongo.wire.causal.OperationClock` among its event listeners."""
@@ -179,48 +172,108 @@ class MongoStore(
                 f"not {type(database).__name__}"
             )
         check_str(prefix, "collection prefix")
-        self.write_concern, self.read_concern, self.max_clock_skew = _options(
+        self.write_concern, self.read_concern, self.max_clock_skew = check_options(
             write_concern, read_concern, max_clock_skew
         )
-        self._skew_us = round(self.max_clock_skew * 1_000_000)
-        self._watch = bool(change_streams)
-        self.targeted_polling = _check_targeting(targeted_polling)
+        self.targeted_polling = check_targeting(targeted_polling)
         self.database = database
         self.prefix = prefix
         self._client: AsyncMongoClient[Any] | None = None  # set only when we own it
+        self._watch = bool(change_streams)
+        self._ttl_refused = False
+        #: This host's clock against the server's, as measured at ``init`` (seconds).
+        self.measured_offset: float | None = None
+        self.runs, self.steps, self.events, self.leases, self.meta = self._collections(
+            "runs", "steps", "events", "leases", "meta"
+        )
+        self.queues, self.schedules, self.workers, self.queue_limits, self.forks = (
+            self._collections("queues", "schedules", "workers", "queue_limits", "forks")
+        )
+        self.dedup, self.streams, self.heartbeats, self.jobs, self.lines = self._collections(
+            "dedup", "streams", "heartbeats", "jobs", "lines"
+        )
         # Deciding reads wait for this client's newest known operation time
         # (pikku_mongo.wire.causal); without its listener they are plain majority reads.
-        self._clock = find_clock(database.client)
-        self._ttl_refused = False
-        self.runs = self._collection("runs")
-        self.steps = self._collection("steps")
-        self.events = self._collection("events")
-        self.leases = self._collection("leases")
-        self.meta = self._collection("meta")
-        self.queues = self._collection("queues")
-        self.schedules = self._collection("schedules")
-        self.workers = self._collection("workers")
-        self.queue_limits = self._collection("queue_limits")
-        self.forks = self._collection("forks")
-        self.dedup = self._collection("dedup")
-        self.streams = self._collection("streams")
-        self.heartbeats = self._collection("heartbeats")
-        self.jobs = self._collection("jobs")
-        self.lines = self._collection("lines")
-        self.job_index: JobIndex | None = None
-        self.line_index: LineIndex | None = None
+        self.reads = CausalReads(database, find_clock(database.client))
+        self.skew = SkewBound(self.max_clock_skew)
+        self.targeting = Targeting(
+            jobs=self.jobs, steps=self.steps, lines=self.lines, runs=self.runs
+        )
         if targeted_polling:
-            self._target_polls()
+            self.targeting.turn_on()
         # Group commit, one queue per collection written on the hot path. A document a
         # guarded upsert created has none of the fields every real document has.
         self.run_writes = Batcher(self.runs, {"workflow": {"$exists": False}}, beside=self.steps)
-        self.pass_ops = PassOps()
-        self.recent_texts = RecentTexts()
         self.step_writes = Batcher(self.steps, {"fmt": {"$exists": False}})
         self.dedup_writes = Batcher(self.dedup, {"run_id": {"$exists": False}})
         self.stream_writes = Batcher(
             self.streams, {"pos": {"$exists": False}}, ride_on=self.run_writes
         )
+        self._make_parts()
+
+    def _make_parts(self) -> None:
+        """The parts that serve the store protocol, each given what it uses."""
+        reads, skew, targeting = self.reads, self.skew, self.targeting
+        self.dedup_ops: DedupOps = DedupOps(
+            runs=self.runs, dedup=self.dedup, dedup_writes=self.dedup_writes, reads=reads, skew=skew
+        )
+        self.run_ops: RunOps = RunOps(
+            runs=self.runs,
+            run_writes=self.run_writes,
+            dedup=self.dedup_ops,
+            targeting=targeting,
+            reads=reads,
+            skew=skew,
+        )
+        self.listing: ListingOps = ListingOps(self.runs)
+        self.prune_ops: PruneOps = PruneOps(
+            runs=self.runs,
+            owned=(self.steps, self.events, self.streams, self.heartbeats),
+            dedup=self.dedup_ops,
+        )
+        self.step_ops: StepOps = StepOps(
+            steps=self.steps,
+            step_writes=self.step_writes,
+            targeting=targeting,
+            reads=reads,
+            skew=skew,
+        )
+        self.queue_ops: QueueOps = QueueOps(
+            runs=self.runs,
+            queues=self.queues,
+            run_writes=self.run_writes,
+            dedup=self.dedup_ops,
+            targeting=targeting,
+            reads=reads,
+            skew=skew,
+        )
+        self.fork_ops: ForkOps = ForkOps(
+            runs=self.runs, steps=self.steps, forks=self.forks, reads=reads, store=self
+        )
+        self.stream_ops: StreamOps = StreamOps(
+            streams=self.streams,
+            heartbeats=self.heartbeats,
+            stream_writes=self.stream_writes,
+            reads=reads,
+            watch=self._watch,
+        )
+        self.event_ops: EventOps = EventOps(self.events, reads=reads)
+        self.lease_ops: LeaseOps = LeaseOps(self.leases, skew=skew)
+        self.schedule_ops: ScheduleOps = ScheduleOps(self.schedules, reads=reads)
+        self.worker_ops: WorkerOps = WorkerOps(
+            self.workers, clock_offset=lambda: self.measured_offset
+        )
+        self.declared_ops: DeclaredOps = DeclaredOps(self.queue_limits)
+
+    @property
+    def job_index(self) -> JobIndex | None:
+        """The index of claimable jobs while targeted polling is on, else None."""
+        return self.targeting.job_index
+
+    @property
+    def line_index(self) -> LineIndex | None:
+        """The index of queue lines while targeted polling is on, else None."""
+        return self.targeting.line_index
 
     @classmethod
     def from_uri(
@@ -247,8 +300,8 @@ class MongoStore(
                 f"the MongoDB URI {redact(uri)!r} names no database: put one in its path, "
                 "e.g. mongodb://host:27017/mydb, or pass MongoStore(database=...)"
             )
-        _options(write_concern, read_concern, max_clock_skew)  # before making a client
-        _check_targeting(targeted_polling)
+        check_options(write_concern, read_concern, max_clock_skew)  # before making a client
+        check_targeting(targeted_polling)
         check_str(prefix, "collection prefix")
         listeners = [*(client_kwargs.pop("event_listeners", None) or []), CommandCounter()]
         if not any(isinstance(listener, OperationClock) for listener in listeners):
@@ -268,16 +321,22 @@ class MongoStore(
         store._client = client
         return store
 
-    def _collection(self, name: str) -> AsyncCollection[Doc]:
-        collection = self.database.get_collection(
-            self.prefix + name,
-            codec_options=CODEC_OPTIONS,
-            # The guarantees need read-your-writes: never read from a secondary.
-            read_preference=ReadPreference.PRIMARY,
-            write_concern=self.write_concern,
-            read_concern=self.read_concern,
-        )
-        return cast(AsyncCollection[Doc], collection)
+    def _collections(self, *names: str) -> list[AsyncCollection[Doc]]:
+        """The store's collections ``names``, each with its concerns and codecs."""
+        return [
+            cast(
+                AsyncCollection[Doc],
+                self.database.get_collection(
+                    self.prefix + name,
+                    codec_options=CODEC_OPTIONS,
+                    # The guarantees need read-your-writes: never read from a secondary.
+                    read_preference=ReadPreference.PRIMARY,
+                    write_concern=self.write_concern,
+                    read_concern=self.read_concern,
+                ),
+            )
+            for name in names
+        ]
 
     def __repr__(self) -> str:
         return f"MongoStore(database={self.database.name!r}, prefix={self.prefix!r})"
@@ -300,7 +359,7 @@ class MongoStore(
         # index build was answered with another request's reply.
         if self.targeted_polling is None and topology(await hello(self.database)) == "sharded":
             log.info("a sharded cluster: targeted polling is on (the job and line indexes)")
-            self._target_polls()
+            self.targeting.turn_on()
         # Migrations must know their writes landed, whatever the store's write concern.
         meta, runs, steps, dedup = (
             c if c.write_concern.acknowledged else c.with_options(write_concern=WriteConcern())
@@ -312,15 +371,10 @@ class MongoStore(
             self.runs, self.steps, self.events, self.leases, ttl=not self._ttl_refused
         )
         self._ttl_refused = self._ttl_refused or not created
-        await self.create_stream_indexes()
+        await self.stream_ops.create_stream_indexes()
         if self.job_index is not None and self.line_index is not None:
             await self.job_index.create_indexes()
             await self.line_index.create_indexes()
-
-    def _target_polls(self) -> None:
-        """Keep the job and line indexes: polls then read one shard, not every shard."""
-        self.job_index = JobIndex(self.jobs, self.steps)
-        self.line_index = LineIndex(self.lines, self.runs)
 
     async def clock_offset(self, samples: int = 5) -> ClockOffset | None:
         """This host's clock against the server's: ``samples`` ``hello`` commands, the
@@ -342,11 +396,6 @@ class MongoStore(
             )
         return measured
 
-    def _held(self, doc: Doc) -> Lease:
-        """The lease as its holder must see it: ending ``max_clock_skew`` early."""
-        lease = lease_from_doc(doc)
-        return replace(lease, expires_at=lease.expires_at - timedelta(microseconds=self._skew_us))
-
     def job_hints(self) -> AsyncIterator[None] | None:
         """A change stream of queue-job inserts (see :mod:`pikku_mongo.wire.watch`); it ends
         at once on a server without change streams."""
@@ -359,117 +408,92 @@ class MongoStore(
             client, self._client = self._client, None
             await client.close()
 
-    # ---- events -----------------------------------------------------------------
+    # ---- the store protocol, each method served by one part ------------------------
 
-    @transient_retry
-    async def insert_event(self, event: EventRecord) -> None:
-        """1 insert. Event ids are unique: inserting one again (a retry whose first
-        reply was lost) is a no-op."""
-        try:
-            await self.events.insert_one(event_to_doc(event))
-        except DuplicateKeyError:
-            pass
-
-    @transient_retry
-    async def consume_event(self, run_id: str, name: str, consumer: str) -> EventRecord | None:
-        """1 find; when the consumer took none yet, 1 findAndModify of the oldest
-        unconsumed event. (Retried as a whole: a repeat finds what it took.)"""
-        run = pack(check_str(run_id, "run id"))
-        taker = pack(check_str(consumer, "event consumer"))
-        async with self.causal() as session:
-            mine = await self.events.find_one(
-                {"run_id": eq(run), "consumed_by": eq(taker)}, sort=_BY_ID, session=session
-            )
-        if mine is not None:
-            return event_from_doc(mine)
-        doc = await self.events.find_one_and_update(
-            {
-                "run_id": eq(run),
-                "name": eq(pack(check_str(name, "event name"))),
-                "consumed": eq(False),
-            },
-            {"$set": {"consumed": True, "consumed_by": taker}},
-            sort=_BY_ID,
-            return_document=_AFTER,
-        )
-        return event_from_doc(doc) if doc is not None else None
-
-    # ---- leases -----------------------------------------------------------------
-
-    @transient_retry
-    async def acquire_lease(self, key: str, holder: str, ttl: float) -> Lease | None:
-        """1 findAndModify: an upsert that takes over a lease expired ``max_clock_skew``
-        ago (by this host's clock) or creates a first one (token 1). A live lease makes
-        the upsert collide with its ``_id``: None."""
-        lease_key = pack(check_str(key, "lease key"))
-        who = pack(check_str(holder, "lease holder"))
-        now = utcnow()
-        expires = now + timedelta(seconds=self._ttl(ttl, "lease ttl"))
-        try:
-            doc = await self.leases.find_one_and_update(
-                {"_id": lease_key, "expires_us": {"$lte": to_us(now) - self._skew_us}},
-                {"$set": {"holder": who, **lease_expiry(expires)}, "$inc": {"token": 1}},
-                upsert=True,
-                return_document=_AFTER,
-            )
-        except DuplicateKeyError:
-            return None  # held and live
-        # nx-27017 answers a colliding upsert with no document instead of an error.
-        return self._held(doc) if doc is not None else None
-
-    @transient_retry
-    async def refresh_lease(self, lease: Lease, ttl: float) -> Lease | None:
-        """1 findAndModify, guarded by holder, token and expiry: a lease within
-        ``max_clock_skew`` of its stored expiry counts as lost already."""
-        now = utcnow()
-        doc = await self.leases.find_one_and_update(
-            {
-                "_id": pack(check_str(lease.key, "lease key")),
-                "holder": pack(check_str(lease.holder, "lease holder")),
-                "token": check_int(lease.token, "lease token"),
-                "expires_us": {"$gt": to_us(now) + self._skew_us},
-            },
-            {"$set": lease_expiry(now + timedelta(seconds=self._ttl(ttl, "lease ttl")))},
-            return_document=_AFTER,
-        )
-        return self._held(doc) if doc is not None else None
-
-    @transient_retry
-    async def release_lease(self, lease: Lease) -> None:
-        """1 update, guarded by holder and token; the lease expires at the epoch and its
-        document (so its token) stays until garbage-collected a day from now."""
-        await self.leases.update_one(
-            {
-                "_id": pack(check_str(lease.key, "lease key")),
-                "holder": pack(check_str(lease.holder, "lease holder")),
-                "token": check_int(lease.token, "lease token"),
-            },
-            {"$set": lease_expiry(EPOCH, gc_from=utcnow())},
-        )
-
-
-def _options(
-    write_concern: object, read_concern: object, max_clock_skew: object
-) -> tuple[WriteConcern, ReadConcern, float]:
-    """The checked constructor options, defaults filled in: a majority read concern
-    goes only with a majority write concern (else a read might miss our own write)."""
-    if write_concern is None:
-        write_concern = DEFAULT_WRITE_CONCERN
-    elif not isinstance(write_concern, WriteConcern):
-        raise TypeError(f"write_concern must be a pymongo WriteConcern, not {write_concern!r}")
-    if read_concern is None:
-        majority = write_concern.document.get("w") == "majority"
-        read_concern = DEFAULT_READ_CONCERN if majority else ReadConcern("local")
-    elif not isinstance(read_concern, ReadConcern):
-        raise TypeError(f"read_concern must be a pymongo ReadConcern, not {read_concern!r}")
-    skew = parse_duration(max_clock_skew, what="max_clock_skew")
-    return write_concern, read_concern, skew
-
-
-def _check_targeting(targeted_polling: object) -> bool | None:
-    if targeted_polling is not None and not isinstance(targeted_polling, bool):
-        raise TypeError(
-            "targeted_polling must be True, False or None (on for a sharded cluster), "
-            f"not {targeted_polling!r}"
-        )
-    return targeted_polling
+    # RunOps
+    insert_run = _runs(RunOps.insert_run)
+    get_run = _runs(RunOps.get_run)
+    get_runs = _runs(RunOps.get_runs)
+    begin_pass = _runs(RunOps.begin_pass)
+    extend_pass = _runs(RunOps.extend_pass)
+    release_pass = _runs(RunOps.release_pass)
+    start_step = _runs(RunOps.start_step)
+    record_steps = _runs(RunOps.record_steps)
+    journals_outcomes = _runs(RunOps.journals_outcomes)
+    settle_run = _runs(RunOps.settle_run)
+    request_pass = _runs(RunOps.request_pass)
+    request_passes = _runs(RunOps.request_passes)
+    set_run_status = _runs(RunOps.set_run_status)
+    list_child_runs = _runs(RunOps.list_child_runs)
+    find_runs_needing_pass = _runs(RunOps.find_runs_needing_pass)
+    find_idle_runs = _runs(RunOps.find_idle_runs)
+    # ListingOps
+    list_runs = _listing(ListingOps.list_runs)
+    count_runs = _listing(ListingOps.count_runs)
+    list_workflows = _listing(ListingOps.list_workflows)
+    # PruneOps
+    delete_runs = _prune(PruneOps.delete_runs)
+    # StepOps
+    load_steps = _steps(StepOps.load_steps)
+    load_steps_of = _steps(StepOps.load_steps_of)
+    get_step = _steps(StepOps.get_step)
+    get_steps = _steps(StepOps.get_steps)
+    save_steps = _steps(StepOps.save_steps)
+    insert_step = _steps(StepOps.insert_step)
+    update_step = _steps(StepOps.update_step)
+    find_unnotified_steps = _steps(StepOps.find_unnotified_steps)
+    claim_steps = _steps(StepOps.claim_steps)
+    find_claims = _steps(StepOps.find_claims)
+    requeue_lapsed_claims = _steps(StepOps.requeue_lapsed_claims)
+    extend_claim = _steps(StepOps.extend_claim)
+    halt_steps = _steps(StepOps.halt_steps)
+    find_scheduled_steps = _steps(StepOps.find_scheduled_steps)
+    # QueueOps
+    get_queue_state = _queues(QueueOps.get_queue_state)
+    save_queue_state = _queues(QueueOps.save_queue_state)
+    queued_runs = _queues(QueueOps.queued_runs)
+    admit_runs = _queues(QueueOps.admit_runs)
+    count_admitted = _queues(QueueOps.count_admitted)
+    count_admitted_keys = _queues(QueueOps.count_admitted_keys)
+    admit_run_holding = _queues(QueueOps.admit_run_holding)
+    find_delayed_runs = _queues(QueueOps.find_delayed_runs)
+    release_delayed_runs = _queues(QueueOps.release_delayed_runs)
+    reenter_run = _queues(QueueOps.reenter_run)
+    find_deadlines = _queues(QueueOps.find_deadlines)
+    count_queue = _queues(QueueOps.count_queue)
+    queue_names = _queues(QueueOps.queue_names)
+    # DedupOps
+    dedup_holder = _dedup(DedupOps.dedup_holder)
+    # ForkOps
+    fork_run = _forks(ForkOps.fork_run)
+    list_forks = _forks(ForkOps.list_forks)
+    clean_forks = _forks(ForkOps.clean_forks)
+    # StreamOps
+    append_stream = _streams(StreamOps.append_stream)
+    stream_entries = _streams(StreamOps.stream_entries)
+    stream_length = _streams(StreamOps.stream_length)
+    list_streams = _streams(StreamOps.list_streams)
+    stream_hints = _streams(StreamOps.stream_hints)
+    put_heartbeat = _streams(StreamOps.put_heartbeat)
+    get_heartbeat = _streams(StreamOps.get_heartbeat)
+    # EventOps
+    insert_event = _events(EventOps.insert_event)
+    consume_event = _events(EventOps.consume_event)
+    # LeaseOps
+    acquire_lease = _leases(LeaseOps.acquire_lease)
+    refresh_lease = _leases(LeaseOps.refresh_lease)
+    release_lease = _leases(LeaseOps.release_lease)
+    # ScheduleOps
+    put_schedule = _schedules(ScheduleOps.put_schedule)
+    get_schedule = _schedules(ScheduleOps.get_schedule)
+    list_schedules = _schedules(ScheduleOps.list_schedules)
+    delete_schedule = _schedules(ScheduleOps.delete_schedule)
+    set_schedule_paused = _schedules(ScheduleOps.set_schedule_paused)
+    advance_schedule = _schedules(ScheduleOps.advance_schedule)
+    # WorkerOps
+    put_worker = _workers(WorkerOps.put_worker)
+    delete_worker = _workers(WorkerOps.delete_worker)
+    list_workers = _workers(WorkerOps.list_workers)
+    # DeclaredOps
+    put_queue_limits = _declared(DeclaredOps.put_queue_limits)
+    list_queue_limits = _declared(DeclaredOps.list_queue_limits)

@@ -25,7 +25,8 @@ from pymongo.errors import DuplicateKeyError
 from engine_core.errors import DuplicateRunError
 from engine_core.records import LinePage, QueueState, RunRecord, RunState, utcnow
 from pikku_mongo.store.dedup_ops import DedupOps
-from pikku_mongo.store.line_index import LineIndex
+from pikku_mongo.store.targeting import Targeting
+from pikku_mongo.wire.causal import CausalReads
 from pikku_mongo.wire.checks import check_datetime, check_int, check_opt_str, check_str, check_strs
 from pikku_mongo.wire.documents import (
     Doc,
@@ -39,6 +40,7 @@ from pikku_mongo.wire.documents import (
 from pikku_mongo.wire.encoding import from_us, pack, to_us, unpack, unpack_opt
 from pikku_mongo.wire.filters import eq
 from pikku_mongo.wire.retry import transient_retry
+from pikku_mongo.wire.skew import SkewBound
 from pikku_mongo.writes.batcher import Batcher
 from pikku_mongo.writes.op_ids import pushed_op
 
@@ -93,20 +95,33 @@ def _held_field(run: RunRecord) -> Doc:
     return {"qheld": held_key(check_str(run.queue, "queue name"), run.queue_key)}
 
 
-class QueueOps(DedupOps):
+class QueueOps:
     """The flow-control methods of :class:`~pikku_mongo.MongoStore`."""
 
-    runs: AsyncCollection[Doc]
-    queues: AsyncCollection[Doc]
-    run_writes: Batcher
-    #: The index of queue lines when targeted polling is on (see
-    #: :mod:`pikku_mongo.store.line_index`), else None.
-    line_index: LineIndex | None
+    def __init__(
+        self,
+        *,
+        runs: AsyncCollection[Doc],
+        queues: AsyncCollection[Doc],
+        run_writes: Batcher,
+        dedup: DedupOps,
+        targeting: Targeting,
+        reads: CausalReads,
+        skew: SkewBound,
+    ) -> None:
+        self.runs = runs
+        self.queues = queues
+        self.run_writes = run_writes
+        self.dedup = dedup
+        #: The line index, when targeted polling is on.
+        self.targeting = targeting
+        self.reads = reads
+        self.skew = skew
 
     @transient_retry
     async def get_queue_state(self, name: str) -> QueueState | None:
         """1 find by ``_id``."""
-        doc = await self.read_one(self.queues, {"_id": _queue_id(name)})
+        doc = await self.reads.read_one(self.queues, {"_id": _queue_id(name)})
         return _state_from_doc(name, doc) if doc is not None else None
 
     @transient_retry
@@ -152,8 +167,8 @@ class QueueOps(DedupOps):
                 ),
                 "$lt": high,
             }
-        if self.line_index is not None:  # targeted: see pikku_mongo.store.line_index
-            head = await self.line_index.head(bounds, limit, _LINE_FIELDS)
+        if self.targeting.line_index is not None:  # targeted: see pikku_mongo.store.line_index
+            head = await self.targeting.line_index.head(bounds, limit, _LINE_FIELDS)
             return [run_from_doc(doc) for doc in head]
         cursor = self.runs.find({"line": bounds}, _LINE_FIELDS).sort([("line", 1)]).limit(limit)
         return [run_from_doc(doc) for doc in await cursor.to_list()]
@@ -186,8 +201,8 @@ class QueueOps(DedupOps):
             for run in unique
         ]
         result = await self.runs.bulk_write(ops, ordered=False)
-        if self.line_index is not None:
-            self.line_index.admitted(pack(run.run_id) for run in unique)
+        if self.targeting.line_index is not None:
+            self.targeting.line_index.admitted(pack(run.run_id) for run in unique)
         return result.modified_count
 
     @transient_retry
@@ -227,7 +242,7 @@ class QueueOps(DedupOps):
         by the run still in its line with the token it was read with; it carries an
         operation id, so a repeat after a lost reply knows its first try landed."""
         now = utcnow()
-        expires = now + timedelta(seconds=self._ttl(ttl, "lease ttl"))
+        expires = now + timedelta(seconds=self.skew.ttl(ttl, "lease ttl"))
         query: Doc = {
             "_id": pack(check_str(run.run_id, "run id")),
             "status": eq("queued"),
@@ -251,12 +266,12 @@ class QueueOps(DedupOps):
         mark = pushed_op(query["_id"])
 
         async def landed() -> bool:  # sent again after a lost reply: did the first land?
-            return await self.read_one(self.runs, mark.found) is not None
+            return await self.reads.read_one(self.runs, mark.found) is not None
 
         if not await self.run_writes.guarded(query, mark.on(update), landed):
             return None
-        if self.line_index is not None:
-            self.line_index.admitted([query["_id"]])
+        if self.targeting.line_index is not None:
+            self.targeting.line_index.admitted([query["_id"]])
         return replace(
             run,
             status="running",
@@ -305,8 +320,8 @@ class QueueOps(DedupOps):
             }
             if not await self.run_writes.guarded(guard, update):
                 return None
-            if self.line_index is not None and "line" in update["$set"]:
-                await self.line_index.add([{"_id": guard["_id"], **update["$set"]}])
+            if self.targeting.line_index is not None and "line" in update["$set"]:
+                await self.targeting.line_index.add([{"_id": guard["_id"], **update["$set"]}])
             return after
 
         unique = {r.run_id: r for r in runs}.values()
@@ -349,7 +364,7 @@ class QueueOps(DedupOps):
         mark = pushed_op(pack(run.run_id))
         update = mark.on({"$set": to_set, "$unset": to_unset} if to_unset else {"$set": to_set})
         if run.dedup_id is not None:
-            holder = await self._claim_dedup(fields["dedup"], pack(run.run_id))
+            holder = await self.dedup.claim(fields["dedup"], pack(run.run_id))
             if holder is not None:
                 raise DuplicateRunError(
                     f"run {holder!r} holds dedup id {run.dedup_id!r}"
@@ -363,7 +378,7 @@ class QueueOps(DedupOps):
             nonlocal tries
             tries += 1
             if tries > 1:
-                mine = await self.read_one(self.runs, mark.found)
+                mine = await self.reads.read_one(self.runs, mark.found)
                 if mine is not None:
                     return mine
             return await self.runs.find_one_and_update(
@@ -371,8 +386,9 @@ class QueueOps(DedupOps):
             )
 
         doc = await transient_retry(once)()
-        if doc is not None and self.line_index is not None:
-            await self.line_index.add([doc])  # back in its line: see pikku_mongo.store.line_index
+        lines = self.targeting.line_index
+        if doc is not None and lines is not None:
+            await lines.add([doc])  # back in its line: see pikku_mongo.store.line_index
         return run_from_doc(doc) if doc is not None else None
 
     @transient_retry

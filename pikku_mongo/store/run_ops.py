@@ -12,13 +12,14 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from pymongo import DeleteMany, ReturnDocument
+from pymongo import ReturnDocument
 from pymongo.asynchronous.collection import AsyncCollection
 
 from engine_core.errors import DuplicateRunError
 from engine_core.records import ACTIVE, TERMINAL, RunRecord, RunState, StepRecord, utcnow
 from pikku_mongo.store.dedup_ops import DedupOps
-from pikku_mongo.store.line_index import LineIndex
+from pikku_mongo.store.targeting import Targeting
+from pikku_mongo.wire.causal import CausalReads
 from pikku_mongo.wire.checks import (
     check_bool,
     check_datetime,
@@ -40,6 +41,7 @@ from pikku_mongo.wire.encoding import dump_value, pack, to_us, unpack
 from pikku_mongo.wire.filters import eq
 from pikku_mongo.wire.journal_text import RecentTexts
 from pikku_mongo.wire.retry import surface_oversize, transient_retry
+from pikku_mongo.wire.skew import SkewBound
 from pikku_mongo.writes.batcher import Batcher
 from pikku_mongo.writes.journal_pages import beside_writes
 from pikku_mongo.writes.journal_writes import BESIDE_AT, RunUpdate
@@ -56,21 +58,31 @@ def _id(run_id: str) -> str:
     return pack(check_str(run_id, "run id"))
 
 
-class RunOps(DedupOps):
+class RunOps:
     """The run methods of :class:`~pikku_mongo.MongoStore`."""
 
-    runs: AsyncCollection[Doc]
-    steps: AsyncCollection[Doc]
-    events: AsyncCollection[Doc]
-    streams: AsyncCollection[Doc]
-    heartbeats: AsyncCollection[Doc]
-    run_writes: Batcher
-    line_index: LineIndex | None
-    #: See :meth:`journals_outcomes` (tests set 1 to send every outcome beside).
-    beside_at: int = BESIDE_AT
-    #: The operation ids of this process's passes (see :mod:`pikku_mongo.writes.op_ids`).
-    pass_ops: PassOps
-    recent_texts: RecentTexts
+    def __init__(
+        self,
+        *,
+        runs: AsyncCollection[Doc],
+        run_writes: Batcher,
+        dedup: DedupOps,
+        targeting: Targeting,
+        reads: CausalReads,
+        skew: SkewBound,
+    ) -> None:
+        self.runs = runs
+        self.run_writes = run_writes
+        self.dedup = dedup
+        #: The line index, when targeted polling is on.
+        self.targeting = targeting
+        self.reads = reads
+        self.skew = skew
+        #: See :meth:`journals_outcomes` (tests set 1 to send every outcome beside).
+        self.beside_at = BESIDE_AT
+        #: The operation ids of this process's passes (see :mod:`pikku_mongo.writes.op_ids`).
+        self.pass_ops = PassOps()
+        self.recent_texts = RecentTexts()
 
     # ---- creating and reading ---------------------------------------------------
 
@@ -83,7 +95,7 @@ class RunOps(DedupOps):
         doc = run_to_doc(run)
         doc["ins"] = nonce = uuid.uuid4().hex
         if "dedup" in doc:
-            holder = await self._claim_dedup(doc["dedup"], doc["_id"])
+            holder = await self.dedup.claim(doc["dedup"], doc["_id"])
             if holder is not None:
                 raise DuplicateRunError(
                     f"run {holder!r} holds dedup id {run.dedup_id!r}"
@@ -95,27 +107,27 @@ class RunOps(DedupOps):
             if await self.run_writes.insert(doc):
                 await self._lined(doc)
                 return None
-            existing = await self.read_one(self.runs, {"_id": doc["_id"]})
+            existing = await self.reads.read_one(self.runs, {"_id": doc["_id"]})
             if existing is not None:
                 if existing.get("ins") == nonce:
                     await self._lined(doc)
                     return None
                 if "dedup" in doc and existing.get("dedup") != doc["dedup"]:
                     # The id was taken by a run that does not hold this dedup id.
-                    await self._release_dedup(doc["dedup"], doc["_id"])
+                    await self.dedup.release(doc["dedup"], doc["_id"])
                 return run_from_doc(existing)
             # Deleted between the commands: insert again.
 
     async def _lined(self, doc: Doc) -> None:
         """With targeted polling, a run inserted in its queue's line gets its line index
         entry once the run is there (see :mod:`pikku_mongo.store.line_index`)."""
-        if self.line_index is not None and "line" in doc:
-            await self.line_index.add([doc])
+        if self.targeting.line_index is not None and "line" in doc:
+            await self.targeting.line_index.add([doc])
 
     @transient_retry
     async def get_run(self, run_id: str) -> RunRecord | None:
         """1 find."""
-        doc = await self.read_one(self.runs, {"_id": _id(run_id)})
+        doc = await self.reads.read_one(self.runs, {"_id": _id(run_id)})
         return run_from_doc(doc) if doc is not None else None
 
     @transient_retry
@@ -129,7 +141,7 @@ class RunOps(DedupOps):
         query: Doc = {"_id": {"$in": ids}}
         if status_in is not None:
             query["status"] = {"$in": check_strs(status_in, "run status")}
-        return [run_from_doc(doc) for doc in await self.read_all(self.runs, query)]
+        return [run_from_doc(doc) for doc in await self.reads.read_all(self.runs, query)]
 
     # ---- passes -----------------------------------------------------------------
 
@@ -147,11 +159,11 @@ class RunOps(DedupOps):
         a lost reply finds the lease held by its own first try and returns None: the
         pass begins again once that lease lapses.)"""
         now = utcnow()
-        expires = now + timedelta(seconds=self._ttl(ttl, "lease ttl"))
+        expires = now + timedelta(seconds=self.skew.ttl(ttl, "lease ttl"))
         query: Doc = {"_id": _id(run_id)}
         if held is None:
             # Free, or lapsed ``max_clock_skew`` ago by this host's clock.
-            query["lease_us"] = {"$lte": to_us(now) - self._skew_us}
+            query["lease_us"] = {"$lte": to_us(now) - self.skew.skew_us}
         else:
             query["token"] = check_int(held, "held token")
         if workflows is not None:
@@ -323,7 +335,7 @@ class RunOps(DedupOps):
         mine = {**mark.found, **{f: query[f] for f in still}}
 
         async def landed() -> bool:
-            doc = await self.read_one(self.runs, mine, {"_id": 1})
+            doc = await self.reads.read_one(self.runs, mine, {"_id": 1})
             return doc is not None
 
         return await self.run_writes.guarded(
@@ -430,7 +442,7 @@ class RunOps(DedupOps):
             nonlocal tries
             tries += 1
             if tries > 1:
-                mine = await self.read_one(self.runs, mark.found)
+                mine = await self.reads.read_one(self.runs, mark.found)
                 if mine is not None:
                     return mine
             return await self.runs.find_one_and_update(
@@ -484,59 +496,3 @@ class RunOps(DedupOps):
             found += await self.runs.find(query).sort(_LEAST_RECENT).limit(limit).to_list()
         found.sort(key=lambda d: d.get("updated_at", 0))
         return [run_from_doc(doc) for doc in found[:limit]]
-
-    @transient_retry
-    async def delete_runs(self, *, finished_before: datetime, limit: int) -> int:
-        """1 find per terminal status (the least recently updated first); when it finds
-        runs, 1 bulk delete of their steps, 1 of their events, 1 of their stream entries, 1 of
-        their heartbeats, 1 of their dedup claims, then 1 delete of the runs
-        (so a crash in between leaves the run to be found again, never orphans)."""
-        if check_int(limit, "limit") <= 0:
-            return 0
-        cutoff = {"$lt": to_us(check_datetime(finished_before, "finished_before"))}
-        found: list[Doc] = []
-        for status in sorted(TERMINAL):
-            query = self.runs.find(
-                {"status": eq(status), "updated_at": cutoff}, {"_id": 1, "updated_at": 1}
-            )
-            found += await query.sort(_LEAST_RECENT).limit(limit).to_list()
-        found.sort(key=lambda d: d.get("updated_at", 0))
-        ids = [doc["_id"] for doc in found[:limit]]
-        if not ids:
-            return 0
-        by_run = [DeleteMany({"run_id": eq(run_id)}) for run_id in ids]
-        await self.steps.bulk_write(by_run, ordered=False)
-        await self.events.bulk_write(by_run, ordered=False)
-        await self.streams.bulk_write(by_run, ordered=False)
-        await self.heartbeats.bulk_write(by_run, ordered=False)
-        await self.dedup.delete_many({"run_id": {"$in": ids}})
-        result = await self.runs.delete_many(
-            {"_id": {"$in": ids}, "status": {"$in": sorted(TERMINAL)}, "updated_at": cutoff}
-        )
-        return result.deleted_count
-
-    # ---- operating (the dashboard) ----------------------------------------------
-
-    @transient_retry
-    async def count_runs(self, *, workflow: str | None = None) -> dict[str, int]:
-        """1 aggregate: a ``$match``, then ``$group`` on status. Unfiltered, the match is
-        a range over every status (each is a string), so MongoDB can count from the
-        (status, updated_at) index without fetching the documents; of one workflow, the
-        workflow index serves it. (On nx-27017 the range costs nothing, while a ``$sort``
-        or an ``$in`` there made the count 15 to 20 times slower at 100,000 runs.)"""
-        if check_opt_str(workflow, "workflow") is not None:
-            match: Doc = {"workflow": eq(pack(cast(str, workflow)))}
-        else:
-            match = {"status": {"$gte": ""}}
-        pipeline: list[Doc] = [
-            {"$match": match},
-            {"$group": {"_id": "$status", "n": {"$sum": 1}}},
-        ]
-        cursor = await self.runs.aggregate(pipeline)
-        return {cast(str, doc["_id"]): int(doc["n"]) for doc in await cursor.to_list()}
-
-    @transient_retry
-    async def list_workflows(self) -> list[str]:
-        """1 distinct on ``workflow`` (the workflow index serves it)."""
-        names = await self.runs.distinct("workflow")
-        return sorted(unpack(name) for name in names if isinstance(name, str))

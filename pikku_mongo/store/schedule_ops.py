@@ -75,10 +75,12 @@ def schedule_from_doc(doc: Doc) -> ScheduleRecord:
     )
 
 
-class ScheduleOps(CausalReads):
+class ScheduleOps:
     """The schedule methods of :class:`~pikku_mongo.MongoStore`."""
 
-    schedules: AsyncCollection[Doc]
+    def __init__(self, schedules: AsyncCollection[Doc], *, reads: CausalReads) -> None:
+        self.schedules = schedules
+        self.reads = reads
 
     @transient_retry
     async def put_schedule(self, schedule: ScheduleRecord) -> None:
@@ -89,7 +91,7 @@ class ScheduleOps(CausalReads):
     @transient_retry
     async def get_schedule(self, name: str) -> ScheduleRecord | None:
         """1 find by ``_id``."""
-        doc = await self.read_one(self.schedules, {"_id": _id(name)})
+        doc = await self.reads.read_one(self.schedules, {"_id": _id(name)})
         return schedule_from_doc(doc) if doc is not None else None
 
     @transient_retry

@@ -17,8 +17,7 @@ from typing import Any, cast
 from pymongo.asynchronous.collection import AsyncCollection
 
 from engine_core.records import AttemptEntry, StepGuard, StepPage, StepRecord, utcnow
-from pikku_mongo.store.job_index import JobIndex
-from pikku_mongo.store.line_index import LineIndex
+from pikku_mongo.store.targeting import Targeting
 from pikku_mongo.wire.causal import CausalReads
 from pikku_mongo.wire.checks import (
     check_bool,
@@ -58,21 +57,30 @@ _LEAST_RECENT = [("updated_at", 1)]
 _SWEPT = {f: 1 for f in ("run_id", "key", "kind", "status", "due_at", "child_run_id")}
 
 
-class StepOps(SkewBound, CausalReads):
+class StepOps:
     """The step and queue methods of :class:`~pikku_mongo.MongoStore`."""
 
-    steps: AsyncCollection[Doc]
-    step_writes: Batcher
-    #: The index of claimable jobs when targeted polling is on (see
-    #: :mod:`pikku_mongo.store.job_index`), else None.
-    job_index: JobIndex | None
-    line_index: LineIndex | None
+    def __init__(
+        self,
+        *,
+        steps: AsyncCollection[Doc],
+        step_writes: Batcher,
+        targeting: Targeting,
+        reads: CausalReads,
+        skew: SkewBound,
+    ) -> None:
+        self.steps = steps
+        self.step_writes = step_writes
+        #: The job and line indexes, when targeted polling is on.
+        self.targeting = targeting
+        self.reads = reads
+        self.skew = skew
 
     @transient_retry
     async def load_steps(self, run_id: str) -> list[StepRecord]:
         """1 find by ``run_id`` (plus a getMore per further batch)."""
         query = {"run_id": eq(pack(check_str(run_id, "run id")))}
-        return steps_of_docs(await self.read_all(self.steps, query))
+        return steps_of_docs(await self.reads.read_all(self.steps, query))
 
     @transient_retry
     async def load_steps_of(
@@ -84,14 +92,14 @@ class StepOps(SkewBound, CausalReads):
         if not found:
             return found
         query = {"run_id": one_of([pack(r) for r in found])}
-        for step in steps_of_docs(await self.read_all(self.steps, query), lean=lean):
+        for step in steps_of_docs(await self.reads.read_all(self.steps, query), lean=lean):
             found.setdefault(step.run_id, []).append(step)
         return found
 
     @transient_retry
     async def get_step(self, run_id: str, key: str) -> StepRecord | None:
         """1 find by ``_id``."""
-        doc = await self.read_one(self.steps, step_id(run_id, key))
+        doc = await self.reads.read_one(self.steps, step_id(run_id, key))
         return step_from_doc(doc) if doc is not None else None
 
     @transient_retry
@@ -102,7 +110,7 @@ class StepOps(SkewBound, CausalReads):
             return []
         return [
             step_from_doc(doc)
-            for doc in await self.read_all(
+            for doc in await self.reads.read_all(
                 self.steps, {"_id": {"$in": ids}, "run_id": eq(pack(run_id))}
             )
         ]
@@ -114,10 +122,10 @@ class StepOps(SkewBound, CausalReads):
         the guard failing). Safe to repeat."""
         upserts = [step_upsert(step) for step in steps]
         await asyncio.gather(*(self.step_writes.upsert(*upsert) for upsert in upserts))
-        if self.job_index is not None:
+        if self.targeting.job_index is not None:
             # Whole documents, ``_id`` back in (only when targeted polling is on).
             docs = [{"_id": guard["_id"], **update["$set"]} for guard, update in upserts]
-            await self.job_index.add(docs)
+            await self.targeting.job_index.add(docs)
 
     @surface_oversize
     async def insert_step(self, step: StepRecord) -> bool:
@@ -133,8 +141,9 @@ class StepOps(SkewBound, CausalReads):
             )
 
         inserted = await self.step_writes.insert(doc, confirm)
-        if inserted and self.job_index is not None:
-            await self.job_index.add([doc])  # after the job: see pikku_mongo.store.job_index
+        jobs = self.targeting.job_index
+        if inserted and jobs is not None:
+            await jobs.add([doc])  # after the job: see pikku_mongo.store.job_index
         return inserted
 
     @surface_oversize
@@ -163,18 +172,18 @@ class StepOps(SkewBound, CausalReads):
                 return await self._has_entry(query, entry)
 
         landed = await self.step_writes.guarded(query, update, confirm)
-        if landed and self.job_index is not None and _requeues(changes):
-            await self.job_index.refresh(step_id(run_id, key))
+        if landed and self.targeting.job_index is not None and _requeues(changes):
+            await self.targeting.job_index.refresh(step_id(run_id, key))
         return landed
 
     @transient_retry
     async def _matches(self, query: Doc) -> bool:
-        return await self.read_one(self.steps, query, {"_id": 1}) is not None
+        return await self.reads.read_one(self.steps, query, {"_id": 1}) is not None
 
     @transient_retry
     async def _has_entry(self, query: Doc, entry: AttemptEntry) -> bool:
         where = {"_id": query["_id"], "run_id": query["run_id"]}
-        doc = await self.read_one(self.steps, where, {"history": 1})
+        doc = await self.reads.read_one(self.steps, where, {"history": 1})
         history = cast(list[str], (doc or {}).get("history") or [])
         return any(entry_from_text(item) == entry for item in history)
 
@@ -207,57 +216,68 @@ class StepOps(SkewBound, CausalReads):
         if check_int(limit, "limit") <= 0 or not wanted:
             return []
         now = utcnow()
-        expires = now + timedelta(seconds=self._ttl(claim_ttl, "claim_ttl"))
-        who = pack(check_str(holder, "claim holder"))
-        entries: list[Doc] = []
-        if self.job_index is not None:
-            # Targeted (pikku_mongo.store.job_index): the entries due first, then their jobs.
-            entries = await self.job_index.due(sorted(wanted), to_us(now), limit * 4)
-            found = await self.job_index.steps_of(entries, claim_filter(now)) if entries else []
-            candidates = sorted(found, key=lambda d: (d["due_at"], d["_id"]))
-        else:
-            cursor = self.steps.find(claim_filter(now)).sort([("due_at", 1)]).limit(limit * 4)
-            candidates = [d for d in await cursor.to_list() if d.get("function") in wanted]
+        expires = now + timedelta(seconds=self.skew.ttl(claim_ttl, "claim_ttl"))
         claim = {
             "status": "running",
-            "claim_holder": who,
+            "claim_holder": pack(check_str(holder, "claim holder")),
             "claim_expires_at": to_us(expires),
             "updated_at": to_us(now),
         }
-
-        async def one(doc: Doc) -> StepRecord | None:
-            attempts = int(doc.get("attempts", 0))
-            guard = {
-                "_id": doc["_id"],
-                "run_id": eq(doc["run_id"]),
-                "status": eq("scheduled"),
-                "attempts": eq(attempts),
-                "halted": eq(False),
-            }
-
-            async def confirm() -> bool:
-                mine = {**guard, "claim_holder": eq(who), "attempts": eq(attempts + 1)}
-                del mine["status"], mine["halted"]
-                return await self._matches(mine)
-
-            landed = await self.step_writes.guarded(
-                guard, {"$set": claim, "$inc": {"attempts": 1}}, confirm
-            )
-            if not landed:
-                return None
-            doc.update(claim, attempts=attempts + 1)
-            return step_from_doc(doc)
-
+        jobs = self.targeting.job_index
+        # Targeted (pikku_mongo.store.job_index): the entries due first, then their jobs.
+        entries = await jobs.due(sorted(wanted), to_us(now), limit * 4) if jobs else []
+        candidates = await self._candidates(wanted, now, limit, entries)
         won: list[StepRecord] = []
         while candidates and len(won) < limit:
             # A claim lost to a rival goes to the next candidate.
             take, candidates = candidates[: limit - len(won)], candidates[limit - len(won) :]
-            won += [s for s in await asyncio.gather(*(one(d) for d in take)) if s is not None]
-        if self.job_index is not None:
+            claimed = await asyncio.gather(*(self._claim(doc, claim) for doc in take))
+            won += [step for step in claimed if step is not None]
+        if jobs is not None:
             # Every entry read goes but those of jobs still claimable and not tried.
             kept = {d["_id"] for d in candidates}
-            await self.job_index.drop([e for e in entries if e["_id"] not in kept])
+            await jobs.drop([e for e in entries if e["_id"] not in kept])
         return won
+
+    async def _candidates(
+        self, wanted: set[str], now: datetime, limit: int, entries: list[Doc]
+    ) -> list[Doc]:
+        """The claimable jobs of the ``wanted`` functions due first: those the job index's
+        ``entries`` name, with targeted polling; else a read of the claim index."""
+        jobs = self.targeting.job_index
+        if jobs is not None:
+            found = await jobs.steps_of(entries, claim_filter(now)) if entries else []
+            return sorted(found, key=lambda d: (d["due_at"], d["_id"]))
+        cursor = self.steps.find(claim_filter(now)).sort([("due_at", 1)]).limit(limit * 4)
+        return [d for d in await cursor.to_list() if d.get("function") in wanted]
+
+    async def _claim(self, doc: Doc, claim: Doc) -> StepRecord | None:
+        """One guarded claim of the job ``doc`` (as read): the claimed step, or None when
+        a rival took it first."""
+        attempts = int(doc.get("attempts", 0))
+        guard = {
+            "_id": doc["_id"],
+            "run_id": eq(doc["run_id"]),
+            "status": eq("scheduled"),
+            "attempts": eq(attempts),
+            "halted": eq(False),
+        }
+
+        async def confirm() -> bool:
+            mine = {
+                **guard,
+                "claim_holder": eq(claim["claim_holder"]),
+                "attempts": eq(attempts + 1),
+            }
+            del mine["status"], mine["halted"]
+            return await self._matches(mine)
+
+        landed = await self.step_writes.guarded(
+            guard, {"$set": claim, "$inc": {"attempts": 1}}, confirm
+        )
+        if not landed:
+            return None
+        return step_from_doc({**doc, **claim, "attempts": attempts + 1})
 
     @transient_retry
     async def find_claims(self, holder: str) -> list[StepRecord]:
@@ -267,7 +287,7 @@ class StepOps(SkewBound, CausalReads):
             "kind": eq("dispatch"),
             "claim_holder": eq(pack(check_str(holder, "claim holder"))),
         }
-        return [step_from_doc(doc) for doc in await self.read_all(self.steps, query)]
+        return [step_from_doc(doc) for doc in await self.reads.read_all(self.steps, query)]
 
     @transient_retry
     async def requeue_lapsed_claims(self) -> int:
@@ -277,7 +297,7 @@ class StepOps(SkewBound, CausalReads):
         (:meth:`JobIndex.restore`, :meth:`LineIndex.restore`)."""
         now = utcnow()
         result = await self.steps.update_many(
-            lapsed_claims_filter(now - timedelta(microseconds=self._skew_us)),
+            lapsed_claims_filter(now - timedelta(microseconds=self.skew.skew_us)),
             {
                 "$set": {
                     "status": "scheduled",
@@ -290,10 +310,10 @@ class StepOps(SkewBound, CausalReads):
         )
         # Targeted polling: requeued jobs, and any job or run in a line whose index
         # entry a dead process never wrote, get one (this is a recovery sweep).
-        if self.job_index is not None:
-            await self.job_index.restore(now)
-        if self.line_index is not None:
-            await self.line_index.restore()
+        if self.targeting.job_index is not None:
+            await self.targeting.job_index.restore(now)
+        if self.targeting.line_index is not None:
+            await self.targeting.line_index.restore()
         return int(result.modified_count)
 
     async def extend_claim(
@@ -307,9 +327,9 @@ class StepOps(SkewBound, CausalReads):
             status=eq("running"),
             claim_holder=eq(pack(check_str(holder, "claim holder"))),
             attempts=eq(check_int(attempt, "attempt")),
-            claim_expires_at={"$gt": to_us(now) + self._skew_us},
+            claim_expires_at={"$gt": to_us(now) + self.skew.skew_us},
         )
-        expires = now + timedelta(seconds=self._ttl(claim_ttl, "claim_ttl"))
+        expires = now + timedelta(seconds=self.skew.ttl(claim_ttl, "claim_ttl"))
         return await self.step_writes.guarded(query, {"$set": {"claim_expires_at": to_us(expires)}})
 
     @transient_retry
@@ -318,8 +338,8 @@ class StepOps(SkewBound, CausalReads):
         their job index entries (1 find of the run's jobs, 1 upsert each)."""
         where = {"run_id": eq(pack(check_str(run_id, "run id"))), "kind": eq("dispatch")}
         await self.steps.update_many(where, {"$set": {"halted": check_bool(halted, "halted")}})
-        if not halted and self.job_index is not None:
-            await self.job_index.refresh({**where, "status": eq("scheduled")})
+        if not halted and self.targeting.job_index is not None:
+            await self.targeting.job_index.refresh({**where, "status": eq("scheduled")})
 
     @transient_retry
     async def find_scheduled_steps(

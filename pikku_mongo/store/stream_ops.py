@@ -76,13 +76,23 @@ def entry_from_doc(doc: Doc) -> StreamEntry:
     )
 
 
-class StreamOps(CausalReads):
+class StreamOps:
     """The stream and heartbeat methods of :class:`~pikku_mongo.MongoStore`."""
 
-    streams: AsyncCollection[Doc]
-    heartbeats: AsyncCollection[Doc]
-    stream_writes: Batcher
-    _watch: bool
+    def __init__(
+        self,
+        *,
+        streams: AsyncCollection[Doc],
+        heartbeats: AsyncCollection[Doc],
+        stream_writes: Batcher,
+        reads: CausalReads,
+        watch: bool,
+    ) -> None:
+        self.streams = streams
+        self.heartbeats = heartbeats
+        self.stream_writes = stream_writes
+        self.reads = reads
+        self._watch = watch
 
     async def create_stream_indexes(self) -> None:
         """1 ``createIndexes`` (``run_id``: a run's streams, listed and deleted)."""
@@ -98,7 +108,7 @@ class StreamOps(CausalReads):
         key = {"_id": doc["_id"], "run_id": eq(doc["run_id"])}
 
         async def confirm() -> bool:
-            found = await self.read_one(self.streams, {**key, "ins": eq(nonce)}, {"_id": 1})
+            found = await self.reads.read_one(self.streams, {**key, "ins": eq(nonce)}, {"_id": 1})
             return found is not None
 
         if await self.stream_writes.insert(doc, confirm):
@@ -107,7 +117,7 @@ class StreamOps(CausalReads):
 
     @transient_retry
     async def _entry_at(self, key: Doc) -> StreamEntry | None:
-        found = await self.read_one(self.streams, key)
+        found = await self.reads.read_one(self.streams, key)
         return None if found is None else entry_from_doc(found)
 
     @transient_retry

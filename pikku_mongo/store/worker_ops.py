@@ -13,6 +13,7 @@ it never does). Listing is 1 find of the collection (a fleet has few processes).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from pymongo.asynchronous.collection import AsyncCollection
@@ -66,14 +67,17 @@ def worker_from_doc(doc: Doc) -> Worker:
 class WorkerOps:
     """The worker-registry methods of :class:`~pikku_mongo.MongoStore`."""
 
-    workers: AsyncCollection[Doc]
-    #: This host's clock against the server's, as measured at ``init`` (seconds).
-    measured_offset: float | None = None
+    def __init__(
+        self, workers: AsyncCollection[Doc], *, clock_offset: Callable[[], float | None]
+    ) -> None:
+        self.workers = workers
+        #: This host's clock against the server's (seconds), as the store measured it.
+        self.clock_offset = clock_offset
 
     @transient_retry
     async def put_worker(self, worker: Worker) -> None:
         """1 replace by ``_id``, upserting (idempotent)."""
-        doc = worker_to_doc(worker, self.measured_offset)
+        doc = worker_to_doc(worker, self.clock_offset())
         await self.workers.replace_one({"_id": doc["_id"]}, doc, upsert=True)
 
     @transient_retry

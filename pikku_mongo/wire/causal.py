@@ -102,15 +102,17 @@ _PLAIN = _Session(None)
 
 
 class CausalReads:
-    """The store's deciding reads: ``async with self.causal() as session:``, then pass
+    """The store's deciding reads: ``async with reads.causal() as session:``, then pass
     ``session=session`` to the read (None when no operation time is known yet)."""
 
-    _clock: OperationClock | None
-    database: AsyncDatabase[Any]
+    def __init__(self, database: AsyncDatabase[Any], clock: OperationClock | None) -> None:
+        self.database = database
+        #: The client's :class:`OperationClock`; None: plain reads.
+        self.clock = clock
 
     def causal(self) -> _Session:
         """A session that reads after this process's newest known operation time."""
-        clock = self._clock
+        clock = self.clock
         if clock is None or clock.operation_time is None:
             return _PLAIN
         session = self.database.client.start_session(causal_consistency=True)

@@ -1,5 +1,5 @@
 """The clock-skew bound every expiry a store writes is checked against (see "Clocks" in
-:mod:`pikku_mongo.store.mongo_store`): shared by the store and its operation mixins."""
+:mod:`pikku_mongo.store.mongo_store`): shared by the store and its parts."""
 
 from __future__ import annotations
 
@@ -10,10 +10,12 @@ from pikku_mongo.wire.checks import check_seconds
 class SkewBound:
     """``max_clock_skew`` (seconds) and the check of a lease or claim ``ttl`` against it."""
 
-    max_clock_skew: float
-    _skew_us: int
+    def __init__(self, max_clock_skew: float) -> None:
+        self.max_clock_skew = max_clock_skew
+        #: The bound in microseconds, as stored times are.
+        self.skew_us = round(max_clock_skew * 1_000_000)
 
-    def _ttl(self, ttl: float, what: str) -> float:
+    def ttl(self, ttl: float, what: str) -> float:
         """``ttl`` in seconds, checked against the clock skew bound."""
         seconds = check_seconds(ttl, what)
         if seconds < 2 * self.max_clock_skew:

@@ -347,7 +347,7 @@ def beside_from_the_first_step(engine: Engine, command: str) -> None:
     """For the cases of a client-level ``bulkWrite``: every outcome goes beside the run
     (by default outcomes ride in the run's journal until 16 can go together)."""
     if command == "bulkWrite":
-        cast(MongoStore, engine.store).beside_at = 1
+        cast(MongoStore, engine.store).run_ops.beside_at = 1
 
 
 @pytest.mark.parametrize(("what", "command", "where"), BULK_WRITES, ids=[w[0] for w in BULK_WRITES])

@@ -1,6 +1,6 @@
 """Lease and claim expiry under a clock skew bound, and the clock offset probe.
 
-Two hosts are simulated by two stores whose clocks (``pikku_mongo.store.mongo_store.utcnow``) are
+Two hosts are simulated by two stores whose clocks (``utcnow`` of the store's parts) are
 set per call: a holder on one clock, a taker on another that runs up to the bound ahead
 of it or behind it.
 """
@@ -48,7 +48,7 @@ class Clocks:
 def clocks(monkeypatch: pytest.MonkeyPatch) -> Clocks:
     made = Clocks()
     made.begin()
-    for module in ("mongo_store", "step_ops", "run_ops", "queue_ops"):
+    for module in ("lease_ops", "step_ops", "run_ops", "queue_ops"):
         monkeypatch.setattr(f"pikku_mongo.store.{module}.utcnow", made.now)
     return made
 

@@ -46,7 +46,7 @@ async def listened(server: str) -> AsyncIterator[tuple[MongoStore, Commands]]:
         event_listeners=[listener],
         max_clock_skew=0,
     )
-    store.beside_at = 1  # every outcome beside the run where the server can
+    store.run_ops.beside_at = 1  # every outcome beside the run where the server can
     await store.init()
     yield store, listener
     await store.database.client.drop_database(store.database.name)

@@ -196,7 +196,7 @@ async def test_outcomes_a_failed_write_may_have_left_in_the_journal_leave_it(
 
     async def record_steps(run_id: str, **kwargs: Any) -> bool:
         landed = await real(run_id, **kwargs)
-        if not failed and 0 < len(kwargs["outcomes"]) < store.beside_at:
+        if not failed and 0 < len(kwargs["outcomes"]) < store.run_ops.beside_at:
             failed.append(len(kwargs["outcomes"]))
             raise StoreUnavailableError("the reply was lost (the test)")
         return landed
