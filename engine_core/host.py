@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable, Collection, Coroutine, Sequence
+from collections.abc import Callable, Collection, Coroutine, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -22,13 +22,14 @@ from engine_core.fleet.waiters import RunWaiters
 from engine_core.fleet.worker import Worker
 from engine_core.flow.admission import Admission
 from engine_core.flow.queue_slots import QueueSlots
-from engine_core.flow.queues import QueueLimits
+from engine_core.flow.queues import QueueLimits, add_queue
 from engine_core.flow.run_timers import RunTimers
 from engine_core.mirror import RunMirror
 from engine_core.outages import Outages
 from engine_core.periodic import Periodic
 from engine_core.records import TERMINAL, RunRecord
 from engine_core.records import Worker as WorkerRecord
+from engine_core.run.context import mark_registered
 from engine_core.run.control import RunControl
 from engine_core.run.driver import Driver
 from engine_core.runtime import EngineConfig, JobSlot, StepFn, WorkflowFn
@@ -43,22 +44,36 @@ log = logging.getLogger("engine_core")
 
 
 class Host:
-    """What this process offers the mechanisms that drive runs (a ``Runtime``)."""
+    """What this process offers the mechanisms that drive runs (a ``Runtime``).
 
-    def __init__(self, store: Store, config: EngineConfig, mirror: RunMirror | None) -> None:
+    Its settings come with it (``config``, ``mirror``, ``pin_versions``, and
+    ``start_run``: how its scheduler starts a run); what the process serves is
+    registered through its methods (:meth:`register_workflow`,
+    :meth:`register_step_function`, :meth:`declare_queue`) and read through read-only
+    views (:attr:`workflows`, :attr:`step_functions`, :attr:`queues`)."""
+
+    def __init__(
+        self,
+        store: Store,
+        config: EngineConfig,
+        mirror: RunMirror | None = None,
+        *,
+        pin_versions: bool = False,
+        start_run: StartRun | None = None,
+    ) -> None:
         self.store = store
         self._config = config
         self._mirror = mirror
         self._outages = Outages()
         self._instance_id = uuid.uuid4().hex
-        self.workflows: dict[str, WorkflowFn] = {}
-        #: Each workflow's ``version=`` label; with ``pin_versions`` this process
-        #: drives only runs of these versions.
-        self.versions: dict[str, str | None] = {}
-        self.pin_versions = False
-        self.step_functions: dict[str, StepFn] = {}
-        self.queues: dict[str, QueueLimits] = {}
-        self._queue_slots = QueueSlots(self.queues)
+        self._workflows: dict[str, WorkflowFn] = {}
+        # Each workflow's ``version=`` label; with ``pin_versions`` this process drives
+        # only runs of these versions.
+        self._versions: dict[str, str | None] = {}
+        self._pin_versions = pin_versions
+        self._step_functions: dict[str, StepFn] = {}
+        self._queues: dict[str, QueueLimits] = {}
+        self._queue_slots = QueueSlots(self._queues)
         self.admission: Admission | None = None
         self._slots = asyncio.Semaphore(config.concurrency)
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -78,8 +93,8 @@ class Host:
         self.worker: Worker | None = None
         self.recovery: WorkflowRecovery | None = None
         self.run_timers = RunTimers(store, self, self.control, self.joined_line)
-        # How the scheduler starts a run (the Engine's ``start``, wired by the Engine).
-        self.start_run: StartRun | None = None
+        # How the scheduler starts a run (the Engine's ``start``).
+        self._start_run = start_run
         self.scheduler: Scheduler | None = None
         #: This process's record in the store's registry of workers, while it serves;
         #: and the fleet's records as this process reads them (clients by name).
@@ -98,7 +113,7 @@ class Host:
         self._uncount_slots = metrics.count_slots(self.slots_used)
         self.worker = Worker(self.store, self, self.control)
         self.recovery = WorkflowRecovery(self.store, self, self.control)
-        self.admission = Admission(self.store, self, self.queues)
+        self.admission = Admission(self.store, self, self._queues)
         self.worker.start()
         self.recovery.start()
         self.admission.start()
@@ -111,9 +126,9 @@ class Host:
             wait_first=True,
         )
         self._pruning.start()
-        if self.start_run is not None:
+        if self._start_run is not None:
             self.scheduler = Scheduler(
-                self.store, self._outages, self.workflow_names, self.start_run
+                self.store, self._outages, self.workflow_names, self._start_run
             )
             self.scheduler.start()
 
@@ -160,13 +175,44 @@ class Host:
         """This process as the registry of workers records it."""
         return describe(
             self._instance_id,
-            list(self.workflows),
-            list(self.step_functions),
-            {name: queue_limits(limits) for name, limits in self.queues.items()},
+            list(self._workflows),
+            list(self._step_functions),
+            {name: queue_limits(limits) for name, limits in self._queues.items()},
             self._config.concurrency,
             self.slots_used(),
-            [v for v in self.versions.values() if v is not None],
+            [v for v in self._versions.values() if v is not None],
         )
+
+    # ---- what this process serves --------------------------------------------------
+
+    def register_workflow(self, name: str, fn: WorkflowFn, *, version: str | None) -> None:
+        """Serve ``fn`` as the workflow ``name``; ``version``: the label its runs carry
+        (the same function again is fine; another under a taken name, ``ValueError``)."""
+        _register(self._workflows, name, fn, "workflow")
+        self._versions[name] = version
+
+    def register_step_function(self, name: str, fn: StepFn) -> None:
+        """Serve ``fn`` as the step function ``name`` (as :meth:`register_workflow`)."""
+        _register(self._step_functions, name, fn, "step function")
+
+    def declare_queue(self, limits: QueueLimits) -> None:
+        """Declare a queue; declaring it again is fine only with the same limits."""
+        add_queue(self._queues, limits)
+
+    @property
+    def workflows(self) -> Mapping[str, WorkflowFn]:
+        """The workflows this process registered, by name."""
+        return self._workflows
+
+    @property
+    def step_functions(self) -> Mapping[str, StepFn]:
+        """The step functions this process registered, by name."""
+        return self._step_functions
+
+    @property
+    def queues(self) -> Mapping[str, QueueLimits]:
+        """The queues this process declared, by name."""
+        return self._queues
 
     # ---- the Runtime -------------------------------------------------------------
 
@@ -199,22 +245,22 @@ class Host:
         return self._closing
 
     def workflow_fn(self, name: str) -> WorkflowFn | None:
-        return self.workflows.get(name)
+        return self._workflows.get(name)
 
     def workflow_names(self) -> Sequence[str]:
-        return list(self.workflows)
+        return list(self._workflows)
 
     def workflow_version(self, name: str) -> str | None:
-        return self.versions.get(name)
+        return self._versions.get(name)
 
     def drives_version(self, run: RunRecord) -> bool:
-        return not self.pin_versions or run.version == self.versions.get(run.workflow)
+        return not self._pin_versions or run.version == self._versions.get(run.workflow)
 
     def step_fn(self, name: str) -> StepFn | None:
-        return self.step_functions.get(name)
+        return self._step_functions.get(name)
 
     def step_function_names(self) -> Sequence[str]:
-        return list(self.step_functions)
+        return list(self._step_functions)
 
     def room_to_adopt(self) -> int:
         if not self._serving:
@@ -245,7 +291,7 @@ class Host:
             self.worker.wake()
 
     def job_slot(self, function: str) -> JobSlot | None:
-        if not self._serving or self.worker is None or function not in self.step_functions:
+        if not self._serving or self.worker is None or function not in self._step_functions:
             return None
         return self.worker.slot()
 
@@ -331,6 +377,13 @@ class Host:
                 log.error("%s failed", what, exc_info=t.exception())
 
         task.add_done_callback(done)
+
+
+def _register(registry: dict[str, Any], name: str, fn: Any, what: str) -> None:
+    if name in registry and registry[name] is not fn:
+        raise ValueError(f"a {what} named {name!r} is already registered")
+    registry[name] = fn
+    mark_registered(fn, what, name)
 
 
 def queue_limits(limits: QueueLimits) -> dict[str, object]:

@@ -59,7 +59,7 @@ async def start_run(
         delay=delay,
         deadline=deadline,
     )
-    run.version = host.versions.get(workflow)
+    run.version = host.workflow_version(workflow)
     adopt = local and run.status == "running" and host.room_to_adopt() > 0
     if adopt:
         hold_first_pass(run, host.instance_id, host.config.lease_ttl)

@@ -42,6 +42,7 @@ import asyncio
 import logging
 import time
 from collections import Counter
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 
 from engine_core.flow.queues import QueueLimits, Rate
@@ -263,7 +264,7 @@ def _count_minutes(
 class Admission:
     """The admitters of this process, one per declared queue."""
 
-    def __init__(self, store: Store, runtime: Runtime, queues: dict[str, QueueLimits]) -> None:
+    def __init__(self, store: Store, runtime: Runtime, queues: Mapping[str, QueueLimits]) -> None:
         self._admitters = {name: Admitter(store, runtime, q) for name, q in queues.items()}
 
     def start(self) -> None:

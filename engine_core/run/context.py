@@ -453,18 +453,3 @@ def mark_registered(fn: Callable[..., Any], kind: str, name: str) -> None:
     except AttributeError:
         return  # no attributes (a builtin): only its name will do
     names.setdefault(kind, name)
-
-
-def register_fn(registry: dict[str, Any], name: str, what: str) -> Callable[[_F], _F]:
-    """A decorator that registers a function in ``registry`` as the ``what`` ``name``
-    (the same function again is fine; another under a taken name is a ``ValueError``)."""
-    check_name(name, f"{what} name")
-
-    def register(fn: _F) -> _F:
-        if name in registry and registry[name] is not fn:
-            raise ValueError(f"a {what} named {name!r} is already registered")
-        registry[name] = fn
-        mark_registered(fn, what, name)
-        return fn
-
-    return register

@@ -1,6 +1,7 @@
 """What a pass may keep in its run's journal: how much room it has, what an outcome
-takes of it, which outcomes may stay there once the pass ends, and the room's book
-(:class:`JournalRoom`), kept by the pass as its writes take and give back room."""
+takes of it, which outcomes may stay there once the pass ends, the room's book
+(:class:`JournalRoom`), kept by the pass as its writes take and give back room, and
+what one write of the pass carries (:class:`Carry`)."""
 
 from __future__ import annotations
 
@@ -50,6 +51,16 @@ def kept_in_journal(step: StepRecord) -> bool:
         "succeeded",
         "failed",
     )
+
+
+@dataclass(frozen=True)
+class Carry:
+    """What one write of a pass carries: the outcomes it journals (or writes beside the
+    run), the in-flight marks it clears, and the journal entries it drops."""
+
+    outcomes: list[StepRecord]
+    done: frozenset[str] = frozenset()
+    forget: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

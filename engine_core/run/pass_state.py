@@ -31,7 +31,6 @@ import asyncio
 import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NoReturn, TypeVar
 
@@ -48,6 +47,7 @@ from engine_core.records import RunRecord, RunState, StepRecord, utcnow
 from engine_core.run.control import RunControl
 from engine_core.run.divergence import Diverged, ReplayChecks
 from engine_core.run.journal_room import (
+    Carry,
     JournalRoom,
     Taken,
     journal_room,
@@ -79,16 +79,6 @@ class ReplayEnd(BaseException):
 
 #: The control signals a pass raises through the body, strongest first.
 SIGNALS: tuple[type[BaseException], ...] = (StoreDown, Diverged, Parked, Stopped, ReplayEnd)
-
-
-@dataclass(frozen=True)
-class Carry:
-    """What one write of a pass carries: the outcomes it journals (or writes beside the
-    run), the in-flight marks it clears, and the journal entries it drops."""
-
-    outcomes: list[StepRecord]
-    done: frozenset[str] = frozenset()
-    forget: frozenset[str] = frozenset()
 
 
 def stored_failure(step: StepRecord) -> StepFailedError:

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from engine_core.durations import Duration
@@ -20,7 +20,7 @@ class ScheduleControl:
     """Stores and steers schedules for the Engine."""
 
     def __init__(
-        self, store: Store, workflows: dict[str, Any], changed: Callable[[], None]
+        self, store: Store, workflows: Mapping[str, Any], changed: Callable[[], None]
     ) -> None:
         self._store = store
         self._workflows = workflows
