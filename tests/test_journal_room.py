@@ -4,7 +4,7 @@ together, and what a failed take gives back (a sibling's reservation stays)."""
 
 from __future__ import annotations
 
-from engine_core.journal import LARGE_OUTCOME
+from engine_core.common.journal import LARGE_OUTCOME
 from engine_core.records import StepRecord
 from engine_core.run.journal_room import JournalRoom, outcome_size
 

@@ -5,8 +5,11 @@ touches its private names); engine_core knows nothing of MongoDB; the public sur
 are exactly these."""
 
 from __future__ import annotations
+import __future__
 
 import ast
+import importlib
+import types
 from pathlib import Path
 
 import pytest
@@ -19,14 +22,30 @@ ROOT = Path(__file__).resolve().parents[1]
 #: engine_core's modules, lowest layer first. A module may import only from layers
 #: strictly below its own.
 LAYERS: list[set[str]] = [
-    {"errors", "records", "tasks", "tracing", "metrics"},
+    {"errors", "records", "common.tasks", "tracing", "metrics"},
     {"streams"},
-    {"memory.cloning", "run.results", "run.threads", "run.step_info", "convert", "lifecycle_log"},
-    {"durations", "values", "options", "store", "mirror", "journal", "fleet.timers", "outages"},
+    {
+        "memory.cloning",
+        "run.results",
+        "run.threads",
+        "run.step_info",
+        "common.convert",
+        "common.lifecycle_log",
+    },
+    {
+        "common.durations",
+        "common.values",
+        "common.options",
+        "store",
+        "mirror",
+        "common.journal",
+        "fleet.timers",
+        "common.outages",
+    },
     {
         "run.keys",
         "run.journal_room",
-        "periodic",
+        "common.periodic",
         "flow.queues",
         "schedules.times",
         "memory.flow",
@@ -37,10 +56,10 @@ LAYERS: list[set[str]] = [
     },
     {"memory.store"},
     {
-        "status",
+        "common.status",
         "fleet.waiters",
         "memory",
-        "runtime",
+        "common.runtime",
         "run.context",
         "run.divergence",
         "run.transitions",
@@ -82,24 +101,36 @@ LAYERS: list[set[str]] = [
         "schedules.scheduler",
     },
     {"schedules.control", "schedules.declared"},
-    {"run", "fleet", "flow", "schedules"},
-    {"host"},
-    {"starting"},
-    {"schedule_api", "repair_api"},
+    {"run", "fleet", "flow", "schedules", "common", "front"},
+    {"front.host"},
+    {"front.starting"},
+    {"front.schedule_api", "front.repair_api"},
     {"engine"},
     {"__init__"},
 ]
 
 #: engine_core's wings, lowest first: the modules at the top of the package that every
-#: wing shares ("core"), the wings, then what faces the user ("front"). A module may
-#: import from its own wing and the wings below it, never from one above.
-WINGS: list[str] = ["core", "memory", "testing", "run", "fleet", "flow", "schedules", "front"]
-FRONT = {"host", "starting", "schedule_api", "repair_api", "engine", "__init__"}
+#: wing shares, all public ("base"), what every wing shares that no user imports
+#: ("common"), the wings, then the Engine and its parts ("front": ``engine.py``, the
+#: package's ``__init__`` and ``front/``). A module may import from its own wing and the
+#: wings below it, never from one above.
+WINGS: list[str] = [
+    "base",
+    "common",
+    "memory",
+    "testing",
+    "run",
+    "fleet",
+    "flow",
+    "schedules",
+    "front",
+]
+FRONT = {"engine", "__init__"}
 
 #: pikku_mongo's modules, lowest layer first, wing by wing (see ``MONGO_WINGS``). A module
 #: may import only from layers strictly below its own.
 MONGO_LAYERS: list[set[str]] = [
-    # core: what every wing shares
+    # base: what every wing shares
     {"errors"},
     # wire: documents, encodings, filters, retries, the server's facts, causal reads
     {
@@ -166,9 +197,9 @@ MONGO_LAYERS: list[set[str]] = [
     {"__init__"},
 ]
 
-#: pikku_mongo's wings, lowest first: the modules at the top of the package ("core"),
+#: pikku_mongo's wings, lowest first: the modules at the top of the package ("base"),
 #: the wings, then the package's ``__init__`` ("front").
-MONGO_WINGS: list[str] = ["core", "wire", "writes", "store", "doctor", "dashboard", "cli", "front"]
+MONGO_WINGS: list[str] = ["base", "wire", "writes", "store", "doctor", "dashboard", "cli", "front"]
 
 #: Per package: its layers, its wings and the modules at its top that face the user.
 PACKAGES = {
@@ -181,7 +212,7 @@ def _wing(module: str, package: str = "engine_core") -> str:
     _, wings, front = PACKAGES[package]
     if "." in module or module in wings:
         return module.split(".")[0]
-    return "front" if module in front else "core"
+    return "front" if module in front else "base"
 
 
 def _module_name(path: Path, package: Path) -> str:
@@ -272,27 +303,17 @@ def test_pikku_mongo_layers_read_wing_by_wing() -> None:
     assert order == sorted(order)
 
 
-def test_the_top_of_engine_core_holds_only_what_every_wing_shares_or_the_user_sees() -> None:
+def test_the_top_of_engine_core_holds_only_what_users_may_import() -> None:
+    # Everything else is in a wing whose ``__init__`` exports nothing internal.
     top = {p.stem for p in (ROOT / "engine_core").glob("*.py")}
     assert top == FRONT | {
-        "convert",
         "errors",
         "records",
-        "tasks",
-        "tracing",
-        "durations",
-        "values",
-        "options",
         "store",
-        "mirror",
-        "journal",
-        "outages",
-        "lifecycle_log",
-        "metrics",
         "streams",
-        "periodic",
-        "status",
-        "runtime",
+        "mirror",
+        "tracing",
+        "metrics",
     }
 
 
@@ -387,6 +408,58 @@ def test_the_public_surface_of_engine_core() -> None:
 
 def test_the_public_surface_of_pikku_mongo() -> None:
     assert sorted(pikku_mongo.__all__) == ["MissingDatabaseError", "MongoStore", "PikkuMongoError"]
+
+
+#: What each wing's ``__init__`` exports: the public names that live in a wing; every
+#: other module of a wing is internal (users import from the package or these).
+WING_EXPORTS: dict[str, list[str]] = {
+    "engine_core.common": [],
+    "engine_core.front": [],
+    "engine_core.run": [],
+    "engine_core.fleet": [],
+    "engine_core.flow": [],
+    "engine_core.schedules": [],
+    "engine_core.memory": ["InMemoryStore"],
+    "engine_core.testing": ["StoreConformance"],
+    "pikku_mongo.wire": ["CommandCounter", "OperationClock"],
+    "pikku_mongo.writes": [],
+    "pikku_mongo.store": ["MongoStore"],
+    "pikku_mongo.doctor": ["Check", "DoctorReport", "diagnose", "render"],
+    "pikku_mongo.dashboard": ["AuthCallable", "NAV", "NavItem", "dashboard_app"],
+    "pikku_mongo.cli": ["main"],
+}
+
+
+def test_every_wing_exports_only_its_public_names() -> None:
+    wings = {
+        f"{package}.{path.parent.name}"
+        for package in PACKAGES
+        for path in (ROOT / package).glob("*/__init__.py")
+    }
+    assert wings == set(WING_EXPORTS)
+    for wing, names in WING_EXPORTS.items():
+        module = importlib.import_module(wing)
+        # Its submodules are bound on it too once imported: those are not exports.
+        defined = {
+            n
+            for n, value in vars(module).items()
+            if not n.startswith("_")
+            and not isinstance(value, types.ModuleType | __future__._Feature)
+        }
+        assert sorted(getattr(module, "__all__", [])) == sorted(names), wing
+        assert defined == set(names), wing
+
+
+def test_mongo_store_is_built_from_parts_not_mixins() -> None:
+    from engine_core.store import Store
+    from pikku_mongo.store.served import Served
+
+    assert pikku_mongo.MongoStore.__bases__ == (object,)
+    protocol = {n for n in vars(Store) if not n.startswith("_") and callable(vars(Store)[n])}
+    served = {n for n, v in vars(pikku_mongo.MongoStore).items() if isinstance(v, Served)}
+    own = {"init", "close", "job_hints"}  # the store's own: its client, indexes, streams
+    assert protocol - own == served - {"journals_outcomes"}
+    assert own <= set(vars(pikku_mongo.MongoStore))
 
 
 def test_the_engine_exposes_no_mechanism_as_public_api() -> None:

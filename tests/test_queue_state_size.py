@@ -23,9 +23,9 @@ import bson
 import pytest
 
 import engine_core.flow.admission as admission
+from engine_core.common.outages import Outages
 from engine_core.flow.admission import WINDOW_ENTRIES, Admitter
 from engine_core.flow.queues import declare
-from engine_core.outages import Outages
 from engine_core.records import RunRecord, utcnow
 from engine_core.store import Store
 from engine_core.testing.builders import make_run

@@ -17,15 +17,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-import engine_core.lifecycle_log as lifecycle_log
+import engine_core.common.lifecycle_log as lifecycle_log
 import engine_core.metrics as metrics
-from engine_core.journal import merged_steps
-from engine_core.outages import LAST_WAIT_S
-from engine_core.periodic import Periodic
+from engine_core.common.journal import merged_steps
+from engine_core.common.outages import LAST_WAIT_S
+from engine_core.common.periodic import Periodic
+from engine_core.common.runtime import Runtime
 from engine_core.records import TERMINAL, RunRecord, StepPage, StepRecord, utcnow
 from engine_core.run.control import RunControl
 from engine_core.run.leases import holding
-from engine_core.runtime import Runtime
 from engine_core.store import Store
 
 log = logging.getLogger("engine_core.fleet.recovery")

@@ -18,9 +18,9 @@ import time
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
+from engine_core.common.outages import Outages
+from engine_core.common.periodic import Periodic
 from engine_core.errors import WorkflowNotRegisteredError
-from engine_core.outages import Outages
-from engine_core.periodic import Periodic
 from engine_core.records import Worker, utcnow
 from engine_core.store import Store
 

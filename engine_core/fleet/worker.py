@@ -9,10 +9,13 @@ from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from typing import Any
 
-import engine_core.lifecycle_log as lifecycle_log
+import engine_core.common.lifecycle_log as lifecycle_log
 import engine_core.metrics as metrics
-from engine_core.convert import declared_parameter, from_json
-from engine_core.durations import retry_delay_seconds
+from engine_core.common.convert import declared_parameter, from_json
+from engine_core.common.durations import retry_delay_seconds
+from engine_core.common.runtime import Runtime
+from engine_core.common.tasks import abandon, cancel_and_wait, wait_event
+from engine_core.common.values import check_fits, idempotency_key
 from engine_core.errors import StoreUnavailableError
 from engine_core.mirror import mirror_step
 from engine_core.records import StepRecord, utcnow
@@ -30,11 +33,8 @@ from engine_core.run.transitions import (
     job_unclaimed,
     write,
 )
-from engine_core.runtime import Runtime
 from engine_core.store import Store
-from engine_core.tasks import abandon, cancel_and_wait, wait_event
 from engine_core.tracing import run_log_context
-from engine_core.values import check_fits, idempotency_key
 
 log = logging.getLogger("engine_core")
 
@@ -50,7 +50,7 @@ class Worker:
         self.runtime = runtime
         self.control = control
         self._wake = asyncio.Event()
-        # Checked at every turn: a cancellation alone can be lost (see engine_core.periodic).
+        # Checked at every turn: a cancellation alone can be lost (see engine_core.common.periodic).
         self._stopping = False
         self._loop_task: asyncio.Task[None] | None = None
         self._hint_task: asyncio.Task[None] | None = None

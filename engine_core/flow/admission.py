@@ -45,10 +45,10 @@ from collections import Counter
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 
+from engine_core.common.periodic import Periodic
+from engine_core.common.runtime import Runtime
 from engine_core.flow.queues import QueueLimits, Rate
-from engine_core.periodic import Periodic
 from engine_core.records import TERMINAL, QueueState, RunRecord, utcnow
-from engine_core.runtime import Runtime
 from engine_core.store import Store
 
 log = logging.getLogger("engine_core.flow.admission")

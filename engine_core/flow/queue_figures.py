@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from engine_core.common.status import QueueStatus
 from engine_core.flow.queues import QueueLimits, parse_rate
 from engine_core.records import utcnow
-from engine_core.status import QueueStatus
 from engine_core.store import Store
 
 

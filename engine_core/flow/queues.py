@@ -6,9 +6,9 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from engine_core.durations import parse_duration
+from engine_core.common.durations import parse_duration
+from engine_core.common.values import check_name
 from engine_core.errors import InvalidLimitError, QueueNotDeclaredError
-from engine_core.values import check_name
 
 _RATE = re.compile(r"^\s*(\d+)\s*/\s*(.+?)\s*$")
 #: Priorities are integers in this range (stores order them exactly).

@@ -14,11 +14,11 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+from engine_core.common.periodic import Periodic
+from engine_core.common.runtime import Runtime
 from engine_core.fleet.timers import Timers
-from engine_core.periodic import Periodic
 from engine_core.records import TERMINAL, RunRecord, utcnow
 from engine_core.run.control import RunControl
-from engine_core.runtime import Runtime
 from engine_core.store import Store
 
 log = logging.getLogger("engine_core.flow.run_timers")

@@ -8,13 +8,13 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
-from engine_core.durations import Duration, parse_duration
+from engine_core.common.durations import Duration, parse_duration
+from engine_core.common.values import check_name, check_run_id, to_stored
 from engine_core.errors import WorkflowNotRegisteredError
 from engine_core.flow.queues import QueueLimits, check_priority, declared
 from engine_core.records import RunRecord, utcnow
 from engine_core.run.keys import CURRENT_SCHEME
 from engine_core.tracing import new_run_traceparent
-from engine_core.values import check_name, check_run_id, to_stored
 
 
 def check_registered(workflows: Mapping[str, Any], workflow: str) -> None:

@@ -6,11 +6,11 @@ import functools
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Literal, ParamSpec, Protocol, TypeVar, TypeVarTuple, overload
 
-from engine_core.convert import declared_return, from_json
-from engine_core.durations import Duration
+from engine_core.common.convert import declared_return, from_json
+from engine_core.common.durations import Duration
+from engine_core.common.outages import StoreDown
+from engine_core.common.values import check_name
 from engine_core.errors import StoreUnavailableError
-from engine_core.outages import StoreDown
-from engine_core.values import check_name
 
 
 class ValueMismatch(BaseException):

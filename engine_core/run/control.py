@@ -15,7 +15,9 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-import engine_core.lifecycle_log as lifecycle_log
+import engine_core.common.lifecycle_log as lifecycle_log
+from engine_core.common.runtime import Runtime
+from engine_core.common.values import check_name, check_run_id, to_stored
 from engine_core.errors import RunNotActiveError, RunNotFoundError
 from engine_core.mirror import mirror_run, mirror_step
 from engine_core.records import (
@@ -30,9 +32,7 @@ from engine_core.records import (
 from engine_core.run.keys import CURRENT_SCHEME
 from engine_core.run.reentry import check_dedup_free, reenter
 from engine_core.run.transitions import child_ended, retried, told, write
-from engine_core.runtime import Runtime
 from engine_core.store import Store
-from engine_core.values import check_name, check_run_id, to_stored
 
 log = logging.getLogger("engine_core")
 

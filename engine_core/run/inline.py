@@ -15,14 +15,15 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-import engine_core.lifecycle_log as lifecycle_log
-from engine_core.convert import from_json
-from engine_core.durations import (
+import engine_core.common.lifecycle_log as lifecycle_log
+from engine_core.common.convert import from_json
+from engine_core.common.durations import (
     Duration,
     check_retry_delay,
     parse_duration,
     retry_delay_seconds,
 )
+from engine_core.common.values import check_retries
 from engine_core.errors import NotSerializableError, RecordTooLargeError, StepFailedError
 from engine_core.records import StepKind, StepRecord, utcnow
 from engine_core.run.attempt import error_info, run_attempt
@@ -33,7 +34,6 @@ from engine_core.run.step_info import StepInfo
 from engine_core.run.streams import AttemptStreams, previous_heartbeat
 from engine_core.run.threads import runs_in_thread
 from engine_core.run.transitions import attempt_ended, attempt_lost
-from engine_core.values import check_retries
 
 
 def check_declared(stored: Any, declared: Any, what: str) -> None:

@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
-from engine_core.journal import JOURNAL_BYTES, LARGE_OUTCOME, RECORD_ROOM
+from engine_core.common.journal import JOURNAL_BYTES, LARGE_OUTCOME, RECORD_ROOM
+from engine_core.common.values import stored_size
 from engine_core.records import StepRecord
-from engine_core.values import stored_size
 
 
 def outcome_size(step: StepRecord) -> int:

@@ -7,7 +7,7 @@ fence it), recording an outcome, and parking the pass.
 
 One write per step: an outcome is not written on its own. It rides on the write that
 starts the next step (or parks or ends the pass), into the run's journal
-(:mod:`engine_core.journal`), or, on a store that can, with the journal's entries into
+(:mod:`engine_core.common.journal`), or, on a store that can, with the journal's entries into
 their step records by the same write once 16 gather (``journal.journals``); the body
 between two steps is deterministic, so the outcome only has to be durable by then. An
 outcome that would wait longer (the body awaits something else first) goes in a write
@@ -34,15 +34,17 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any, NoReturn, TypeVar
 
-from engine_core.errors import StepFailedError
-from engine_core.journal import (
+from engine_core.common.journal import (
     FLUSH_AT,
     LARGE_OUTCOME,
     journals,
     merged,
 )
+from engine_core.common.outages import StoreDown
+from engine_core.common.runtime import Runtime
+from engine_core.common.values import check_name, stored_size
+from engine_core.errors import StepFailedError
 from engine_core.mirror import mirror_step
-from engine_core.outages import StoreDown
 from engine_core.records import RunRecord, RunState, StepRecord, utcnow
 from engine_core.run.control import RunControl
 from engine_core.run.divergence import Diverged, ReplayChecks
@@ -56,9 +58,7 @@ from engine_core.run.journal_room import (
 )
 from engine_core.run.keys import step_key
 from engine_core.run.transitions import Transition
-from engine_core.runtime import Runtime
 from engine_core.store import Store
-from engine_core.values import check_name, stored_size
 
 log = logging.getLogger("engine_core")
 

@@ -15,18 +15,18 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from contextlib import aclosing
 from typing import Any, Literal
 
-from engine_core.convert import declared_parameter
-from engine_core.durations import Duration
-from engine_core.journal import merged
+from engine_core.common.convert import declared_parameter
+from engine_core.common.durations import Duration
+from engine_core.common.journal import merged
+from engine_core.common.status import Divergence, ReplayReport
+from engine_core.common.values import check_name
 from engine_core.records import RunRecord, StepRecord
 from engine_core.run.context import WorkflowContext, as_declared
 from engine_core.run.divergence import Diverged, ReplayChecks, callable_name
 from engine_core.run.keys import step_key
 from engine_core.run.pass_state import stored_failure
 from engine_core.run.patches import check_patch_id, has_marker
-from engine_core.status import Divergence, ReplayReport
 from engine_core.store import Store
-from engine_core.values import check_name
 
 #: Runs whose steps are read in one command, runs replayed at once, and runs listed at
 #: once, oldest first: pages by creation time are served by an index on nx-27017 as on

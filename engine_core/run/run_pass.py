@@ -13,14 +13,15 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any, Literal, TypeVar
 
-import engine_core.lifecycle_log as lifecycle_log
+import engine_core.common.lifecycle_log as lifecycle_log
 import engine_core.run.inline as inline
 import engine_core.run.patches as patches
 import engine_core.run.waits as waits
-from engine_core.convert import declared_parameter, from_json
-from engine_core.durations import Duration
+from engine_core.common.convert import declared_parameter, from_json
+from engine_core.common.durations import Duration
+from engine_core.common.outages import StoreDown
+from engine_core.common.values import check_fits, to_stored
 from engine_core.errors import NotSerializableError, StepFailedError, StoreUnavailableError
-from engine_core.outages import StoreDown
 from engine_core.records import RunState, StepRecord, utcnow
 from engine_core.run.attempt import error_info
 from engine_core.run.context import ValueMismatch, WorkflowContext, as_declared
@@ -29,7 +30,6 @@ from engine_core.run.keys import compensation_key
 from engine_core.run.pass_state import SIGNALS, Parked, PassState, Stopped
 from engine_core.run.streams import BodyStreams
 from engine_core.tracing import run_log_context
-from engine_core.values import check_fits, to_stored
 
 #: How a pass ended: the run ended, it waits for something, a stop or a newer pass
 #: fenced it out, this process is shutting down and the run is owed to the fleet, or the

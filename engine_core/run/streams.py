@@ -7,12 +7,12 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from engine_core.common.values import check_name, to_stored
 from engine_core.errors import StreamClosedError, StreamConflictError
 from engine_core.records import utcnow
 from engine_core.run.step_info import StepInfo
 from engine_core.store import Store
 from engine_core.streams import StreamEntry, check_entry
-from engine_core.values import check_name, to_stored
 
 #: A body that writes this many entries with no step in between sends them at once.
 FLUSH_AT = 1000

@@ -21,7 +21,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
-from engine_core.durations import parse_duration
+from engine_core.common.durations import parse_duration
 from engine_core.errors import InvalidDurationError, InvalidScheduleError
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

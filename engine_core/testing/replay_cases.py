@@ -3,7 +3,7 @@ order and callable (in its record and in the run's journal), a run's version lab
 
 from __future__ import annotations
 
-from engine_core.journal import merged
+from engine_core.common.journal import merged
 from engine_core.records import StepRecord, utcnow
 from engine_core.store import Store
 from engine_core.testing.builders import begin, done_step, make_job, make_run
@@ -39,7 +39,7 @@ class ReplayRecordCases:
         )  # fmt: skip
         got = await store.get_run("run-1")
         assert got is not None
-        # In the journal, or in the step records (``engine_core.journal.journals``).
+        # In the journal, or in the step records (``engine_core.common.journal.journals``).
         steps = merged(got, await store.load_steps("run-1"))
         assert steps["a"].order == 0 and steps["a"].ran == "m:f.<locals>.<lambda>"
         assert steps["patched:p"].kind == "patch"

@@ -6,7 +6,7 @@ import asyncio
 from datetime import timedelta
 from typing import Any
 
-from engine_core.journal import journals, merged_steps
+from engine_core.common.journal import journals, merged_steps
 from engine_core.records import (
     EventRecord,
     InflightStep,

@@ -47,8 +47,8 @@ from pymongo.errors import ConnectionFailure
 
 import pikku_mongo.cli.repair as repair_cli
 from engine_core import Engine, EngineError
-from engine_core.durations import parse_duration
-from engine_core.options import ORDERS
+from engine_core.common.durations import parse_duration
+from engine_core.common.options import ORDERS
 from engine_core.records import RunState
 from pikku_mongo.cli.replay import add_parser as add_replay_check
 from pikku_mongo.cli.replay import replay_check_command

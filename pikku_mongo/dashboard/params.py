@@ -16,7 +16,7 @@ from urllib.parse import parse_qsl, urlencode
 from starlette.datastructures import QueryParams
 from starlette.requests import Request
 
-from engine_core.options import ORDERS
+from engine_core.common.options import ORDERS
 from engine_core.records import RunState
 
 #: Every run status of the engine (section 4 of the design), in its order.

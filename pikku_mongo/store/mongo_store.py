@@ -80,7 +80,7 @@ from pymongo.read_concern import ReadConcern
 from pymongo.read_preferences import ReadPreference
 from pymongo.write_concern import WriteConcern
 
-from engine_core.durations import Duration
+from engine_core.common.durations import Duration
 from pikku_mongo.errors import MissingDatabaseError
 from pikku_mongo.store.declared_ops import DeclaredOps
 from pikku_mongo.store.dedup_ops import DedupOps

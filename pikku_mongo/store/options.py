@@ -10,7 +10,7 @@ from bson.codec_options import CodecOptions
 from pymongo.read_concern import ReadConcern
 from pymongo.write_concern import WriteConcern
 
-from engine_core.durations import Duration, parse_duration
+from engine_core.common.durations import Duration, parse_duration
 from pikku_mongo.wire.documents import Doc
 
 #: Acknowledged by a majority of the replica set and journaled; a ``WTimeoutError``

@@ -110,7 +110,7 @@ FIRST_WAIT_S = 0.1
 
 def unavailable(exc: BaseException) -> StoreUnavailableError:
     """The engine's error for a transient failure this layer gave up retrying: the
-    engine waits the outage out (see ``engine_core.outages``)."""
+    engine waits the outage out (see ``engine_core.common.outages``)."""
     return StoreUnavailableError(
         f"the MongoDB server is unavailable: {type(exc).__name__}: {short_reason(exc)}"
     )

@@ -1,5 +1,5 @@
 """How a pass's write of a run changes the run's journal (see
-:mod:`engine_core.journal`): which outcomes ride there, and the update
+:mod:`engine_core.common.journal`): which outcomes ride there, and the update
 (:class:`RunUpdate`) that puts them there or drops the entries copied out since."""
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import bson
 import pytest
 
 from engine_core import Engine, WorkflowContext
-from engine_core.journal import FLUSH_AT, journals
+from engine_core.common.journal import FLUSH_AT, journals
 from engine_core.testing.builders import done_step
 from pikku_mongo import MongoStore
 from pikku_mongo.wire.encoding import pack

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from pymongo.errors import AutoReconnect
 
-from engine_core.journal import journals
+from engine_core.common.journal import journals
 from engine_core.records import RunState, utcnow
 from engine_core.testing.builders import begin, done_step, make_run
 from pikku_mongo import MongoStore

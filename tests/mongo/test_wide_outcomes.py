@@ -16,9 +16,9 @@ from bson import BSON
 from pymongo import monitoring
 
 from engine_core import Engine, StepFailedError, WorkflowContext, current_step
+from engine_core.common.journal import JOURNAL_BYTES
+from engine_core.common.values import MAX_VALUE_BYTES
 from engine_core.errors import StoreUnavailableError
-from engine_core.journal import JOURNAL_BYTES
-from engine_core.values import MAX_VALUE_BYTES
 from pikku_mongo import MongoStore
 from pikku_mongo.wire.journal_text import step_from_text
 from tests.conftest import with_database

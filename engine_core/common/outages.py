@@ -14,8 +14,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+from engine_core.common.lifecycle_log import fields, one_line
 from engine_core.errors import StoreUnavailableError
-from engine_core.lifecycle_log import fields, one_line
 
 log = logging.getLogger("engine_core.outage")
 

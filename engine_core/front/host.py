@@ -15,6 +15,10 @@ from datetime import datetime
 from typing import Any
 
 import engine_core.metrics as metrics
+from engine_core.common.outages import Outages
+from engine_core.common.periodic import Periodic
+from engine_core.common.runtime import EngineConfig, JobSlot, StepFn, WorkflowFn
+from engine_core.common.tasks import abandon
 from engine_core.fleet.recovery import WorkflowRecovery
 from engine_core.fleet.registry import FleetView, Registry, describe
 from engine_core.fleet.timers import Timers
@@ -25,17 +29,13 @@ from engine_core.flow.queue_slots import QueueSlots
 from engine_core.flow.queues import QueueLimits, add_queue
 from engine_core.flow.run_timers import RunTimers
 from engine_core.mirror import RunMirror
-from engine_core.outages import Outages
-from engine_core.periodic import Periodic
 from engine_core.records import TERMINAL, RunRecord
 from engine_core.records import Worker as WorkerRecord
 from engine_core.run.context import mark_registered
 from engine_core.run.control import RunControl
 from engine_core.run.driver import Driver
-from engine_core.runtime import EngineConfig, JobSlot, StepFn, WorkflowFn
 from engine_core.schedules.scheduler import Scheduler, StartRun
 from engine_core.store import Store
-from engine_core.tasks import abandon
 
 #: Runs one look at whether the runs holding timers here have ended reads at most.
 PRUNE_BATCH = 1000

@@ -7,15 +7,15 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import engine_core.lifecycle_log as lifecycle_log
-from engine_core.convert import declared_parameter, from_json
-from engine_core.durations import Duration
+import engine_core.common.lifecycle_log as lifecycle_log
+from engine_core.common.convert import declared_parameter, from_json
+from engine_core.common.durations import Duration
+from engine_core.common.values import check_name, to_stored
 from engine_core.errors import InvalidInputError, InvalidRunIdError
 from engine_core.flow.starts import hold_first_pass, new_run
-from engine_core.host import Host
+from engine_core.front.host import Host
 from engine_core.mirror import mirror_run
 from engine_core.records import RunRecord
-from engine_core.values import check_name, to_stored
 
 
 async def start_run(

@@ -9,14 +9,14 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from engine_core.common.values import check_moment, check_name, check_run_id, to_stored
 from engine_core.errors import InvalidRunIdError
-from engine_core.host import Host
+from engine_core.front.host import Host
+from engine_core.front.starting import announce, check_input
 from engine_core.records import STOPPABLE, RunRecord, utcnow
 from engine_core.run.bulk import BulkReport, RunFilter, act_on_many
 from engine_core.run.control import RunControl
 from engine_core.run.fork import UNCHANGED, plan_fork
-from engine_core.starting import announce, check_input
-from engine_core.values import check_moment, check_name, check_run_id, to_stored
 
 _T = TypeVar("_T")
 #: The most fork ids ``list_forks`` returns (and ``RunStatus.forks`` counts).

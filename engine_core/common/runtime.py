@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-from engine_core.durations import Duration, parse_duration
+from engine_core.common.durations import Duration, parse_duration
+from engine_core.common.outages import Outages
 from engine_core.mirror import RunMirror
-from engine_core.outages import Outages
 from engine_core.records import RunRecord, StepRecord
 
 #: ``async def fn(ctx, input)``: a registered workflow body.

@@ -7,12 +7,12 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from engine_core.durations import Duration
-from engine_core.host import Host
+from engine_core.common.durations import Duration
+from engine_core.front.host import Host
+from engine_core.front.starting import record_for_fleet
 from engine_core.schedules.control import ScheduleControl
 from engine_core.schedules.declared import DeclaredSchedule, declare_schedule
 from engine_core.schedules.times import Schedule, trigger_run_id
-from engine_core.starting import record_for_fleet
 
 _T = TypeVar("_T")
 

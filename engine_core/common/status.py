@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from engine_core.journal import merged_steps
+from engine_core.common.journal import merged_steps
 from engine_core.records import ACTIVE, TERMINAL, RunRecord, StepRecord
 from engine_core.tracing import trace_id_of
 

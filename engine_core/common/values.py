@@ -9,7 +9,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from engine_core.convert import to_json
+from engine_core.common.convert import to_json
 from engine_core.errors import (
     InvalidLimitError,
     InvalidNameError,

@@ -16,8 +16,8 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from engine_core.outages import Outages
-from engine_core.tasks import cancel_and_wait, wait_event
+from engine_core.common.outages import Outages
+from engine_core.common.tasks import cancel_and_wait, wait_event
 
 log = logging.getLogger("engine_core")
 
