@@ -68,7 +68,7 @@ LAYERS: list[set[str]] = [
         "flow.starts",
         "fleet.registry",
     },
-    {"testing.builders", "run.reentry", "run.streams"},
+    {"testing.builders", "run.reentry", "run.streams", "run.signals"},
     {
         "run.attempt",
         "run.control",
@@ -191,6 +191,7 @@ MONGO_LAYERS: list[set[str]] = [
     {"dashboard", "dashboard.serve"},
     # cli
     {"cli.repair", "cli.replay", "cli.tail", "cli.text"},
+    {"cli.commands", "cli.parser"},
     {"cli.console"},
     {"cli", "cli.__main__"},
     # front

@@ -29,7 +29,8 @@ from engine_core.records import StepKind, StepRecord, utcnow
 from engine_core.run.attempt import error_info, run_attempt
 from engine_core.run.divergence import callable_name
 from engine_core.run.fork import step_idempotency_key
-from engine_core.run.pass_state import Parked, PassState, stored_failure
+from engine_core.run.pass_state import PassState
+from engine_core.run.signals import Parked, stored_failure
 from engine_core.run.step_info import StepInfo
 from engine_core.run.streams import AttemptStreams, previous_heartbeat
 from engine_core.run.threads import runs_in_thread

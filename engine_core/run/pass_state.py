@@ -40,10 +40,8 @@ from engine_core.common.journal import (
     journals,
     merged,
 )
-from engine_core.common.outages import StoreDown
 from engine_core.common.runtime import Runtime
 from engine_core.common.values import check_name, stored_size
-from engine_core.errors import StepFailedError
 from engine_core.mirror import mirror_step
 from engine_core.records import RunRecord, RunState, StepRecord, utcnow
 from engine_core.run.control import RunControl
@@ -57,39 +55,13 @@ from engine_core.run.journal_room import (
     outcome_size,
 )
 from engine_core.run.keys import step_key
+from engine_core.run.signals import Parked, ReplayEnd, Stopped, stored_failure
 from engine_core.run.transitions import Transition
 from engine_core.store import Store
 
 log = logging.getLogger("engine_core")
 
 _T = TypeVar("_T")
-
-
-class Parked(BaseException):
-    """The step is armed and waits for something outside this pass."""
-
-
-class Stopped(BaseException):
-    """The run was stopped, or a newer pass owns it: this pass must write nothing more."""
-
-
-class ReplayEnd(BaseException):
-    """A compensating replay reached a step that never finished."""
-
-
-#: The control signals a pass raises through the body, strongest first.
-SIGNALS: tuple[type[BaseException], ...] = (StoreDown, Diverged, Parked, Stopped, ReplayEnd)
-
-
-def stored_failure(step: StepRecord) -> StepFailedError:
-    """The error a failed step raises in the body, as its record tells it."""
-    error = step.error or {}
-    return StepFailedError(
-        step.key,
-        step.attempts,
-        str(error.get("type", "Error")),
-        str(error.get("message", "")),
-    )
 
 
 class PassState:
@@ -122,6 +94,19 @@ class PassState:
         #: Set when the pass ended because this process is shutting down.
         self.requeue = False
         self._seen: Counter[str] = Counter()
+        #: Jobs run in this process whose outcome was handed to this pass, not told to
+        #: the run: if the pass ends without carrying on, the run must still be told.
+        self.handed: list[str] = []
+        self._active = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        #: The wake-ups this pass armed for the run (a parked pass's are all it needs).
+        self.armed: set[datetime] = set()
+        self._init_writes(store, run, unwritten)
+
+    def _init_writes(self, store: Store, run: RunRecord, unwritten: Sequence[StepRecord]) -> None:
+        """The state of the pass's write path: what the run's journal holds and the room
+        left in it, what the next write carries, and its writes in the background."""
         # The outcomes the run's journal holds, as far as this pass wrote them.
         self._journal: dict[str, StepRecord] = dict(run.journal)
         # Whether the store may write outcomes to their step records instead (then a
@@ -135,9 +120,6 @@ class PassState:
         # whose in-flight marks it clears, and journal keys copied to step records.
         self._pending: dict[str, StepRecord] = {}
         self._done: set[str] = set()
-        #: Jobs run in this process whose outcome was handed to this pass, not told to
-        #: the run: if the pass ends without carrying on, the run must still be told.
-        self.handed: list[str] = []
         self._forget: set[str] = set()
         self._carry_armed = False
         self._carrying: asyncio.Task[None] | None = None
@@ -147,11 +129,6 @@ class PassState:
         #: A write made in the background (carrying outcomes, copying the journal) that
         #: failed: none is made in the background until the pass's next write.
         self._broken: BaseException | None = None
-        self._active = 0
-        self._idle = asyncio.Event()
-        self._idle.set()
-        #: The wake-ups this pass armed for the run (a parked pass's are all it needs).
-        self.armed: set[datetime] = set()
         # Outcomes an earlier pass of this process recorded and could not write before
         # an outage ended it: this pass knows them, and its first write carries them.
         for step in unwritten:

@@ -24,8 +24,8 @@ from engine_core.records import RunRecord, StepRecord
 from engine_core.run.context import WorkflowContext, as_declared
 from engine_core.run.divergence import Diverged, ReplayChecks, callable_name
 from engine_core.run.keys import step_key
-from engine_core.run.pass_state import stored_failure
 from engine_core.run.patches import check_patch_id, has_marker
+from engine_core.run.signals import stored_failure
 from engine_core.store import Store
 
 #: Runs whose steps are read in one command, runs replayed at once, and runs listed at

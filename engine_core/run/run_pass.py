@@ -27,7 +27,8 @@ from engine_core.run.attempt import error_info
 from engine_core.run.context import ValueMismatch, WorkflowContext, as_declared
 from engine_core.run.divergence import Mismatch
 from engine_core.run.keys import compensation_key
-from engine_core.run.pass_state import SIGNALS, Parked, PassState, Stopped
+from engine_core.run.pass_state import PassState
+from engine_core.run.signals import SIGNALS, Parked, Stopped
 from engine_core.run.streams import BodyStreams
 from engine_core.tracing import run_log_context
 

@@ -18,7 +18,8 @@ from engine_core.mirror import mirror_step
 from engine_core.records import StepKind, StepRecord, utcnow
 from engine_core.run.fork import KEYS_OF
 from engine_core.run.keys import child_run_id
-from engine_core.run.pass_state import Parked, PassState, stored_failure
+from engine_core.run.pass_state import PassState
+from engine_core.run.signals import Parked, stored_failure
 from engine_core.run.transitions import claimed as claim
 from engine_core.run.transitions import job_unclaimed, woken, write
 

@@ -117,41 +117,26 @@ class ListingOps:
         them)."""
         if check_int(limit, "limit") <= 0:
             return []
-        query: Doc = {}
-        if check_opt_str(workflow, "workflow") is not None:
-            query["workflow"] = eq(pack(cast(str, workflow)))
-        if check_opt_str(status, "run status") is not None:
-            query["status"] = eq(status)
-        if check_opt_str(version, "version") is not None:
-            query["version"] = eq(pack(cast(str, version)))
+        query = _equalities(workflow=workflow, status=status, version=version)
         ids: Doc = {}
         if check_opt_str(prefix, "run id prefix") is not None:
             ids.update(id_prefix_range(cast(str, prefix)))
         sort = _BY_ID
         if order != "id":
-            after_made = None
-            if check_opt_str(after, "after") is not None:
-                doc = await self.runs.find_one({"_id": pack(cast(str, after))}, {"made": 1})
-                if doc is None or "made" not in doc:
-                    return []  # the run the page began after is gone
-                after_made = doc["made"]
-            since = before = None
-            if created_since is not None:
-                since = to_us(check_datetime(created_since, "created_since"))
-            if created_before is not None:
-                before = to_us(check_datetime(created_before, "created_before"))
-            made, sort = made_bounds(order, after_made, since, before)
+            after_made = await self._made_of(after)
+            if after is not None and after_made is None:
+                return []  # the run the page began after is gone
+            made, sort = made_bounds(
+                order, after_made, _us(created_since, "created_since"),
+                _us(created_before, "created_before"),
+            )  # fmt: skip
             if made:
                 query["made"] = made
         elif check_opt_str(after, "after") is not None:
             ids["$gt"] = pack(cast(str, after))
         if ids:
             query["_id"] = ids
-        created: Doc = {}
-        if created_since is not None:
-            created["$gte"] = to_us(check_datetime(created_since, "created_since"))
-        if created_before is not None:
-            created["$lt"] = to_us(check_datetime(created_before, "created_before"))
+        created = _created(created_since, created_before)
         if created:
             query["created_at"] = created
         cursor = self.runs.find(query).sort(sort).limit(limit)
@@ -162,6 +147,13 @@ class ListingOps:
         docs = await cursor.to_list()
         decode = lean_run_from_doc if lean else run_from_doc
         return [decode(doc) for doc in docs]
+
+    async def _made_of(self, after: str | None) -> str | None:
+        """The ``made`` of the run ``after`` (1 find), or None (none given, or gone)."""
+        if check_opt_str(after, "after") is None:
+            return None
+        doc = await self.runs.find_one({"_id": pack(cast(str, after))}, {"made": 1})
+        return None if doc is None else doc.get("made")
 
     @transient_retry
     async def count_runs(self, *, workflow: str | None = None) -> dict[str, int]:
@@ -186,3 +178,29 @@ class ListingOps:
         """1 distinct on ``workflow`` (the workflow index serves it)."""
         names = await self.runs.distinct("workflow")
         return sorted(unpack(name) for name in names if isinstance(name, str))
+
+
+def _equalities(*, workflow: str | None, status: str | None, version: str | None) -> Doc:
+    """The filter of a list's equalities: its workflow, status and version label."""
+    query: Doc = {}
+    if check_opt_str(workflow, "workflow") is not None:
+        query["workflow"] = eq(pack(cast(str, workflow)))
+    if check_opt_str(status, "run status") is not None:
+        query["status"] = eq(status)
+    if check_opt_str(version, "version") is not None:
+        query["version"] = eq(pack(cast(str, version)))
+    return query
+
+
+def _us(moment: datetime | None, what: str) -> int | None:
+    return None if moment is None else to_us(check_datetime(moment, what))
+
+
+def _created(since: datetime | None, before: datetime | None) -> Doc:
+    """The range of creation times ``[since, before)`` (either may be open)."""
+    created: Doc = {}
+    if since is not None:
+        created["$gte"] = _us(since, "created_since")
+    if before is not None:
+        created["$lt"] = _us(before, "created_before")
+    return created

@@ -183,15 +183,7 @@ class MongoStore:
         self._ttl_refused = False
         #: This host's clock against the server's, as measured at ``init`` (seconds).
         self.measured_offset: float | None = None
-        self.runs, self.steps, self.events, self.leases, self.meta = self._collections(
-            "runs", "steps", "events", "leases", "meta"
-        )
-        self.queues, self.schedules, self.workers, self.queue_limits, self.forks = (
-            self._collections("queues", "schedules", "workers", "queue_limits", "forks")
-        )
-        self.dedup, self.streams, self.heartbeats, self.jobs, self.lines = self._collections(
-            "dedup", "streams", "heartbeats", "jobs", "lines"
-        )
+        self._open_collections()
         # Deciding reads wait for this client's newest known operation time
         # (pikku_mongo.wire.causal); without its listener they are plain majority reads.
         self.reads = CausalReads(database, find_clock(database.client))
@@ -201,15 +193,30 @@ class MongoStore:
         )
         if targeted_polling:
             self.targeting.turn_on()
-        # Group commit, one queue per collection written on the hot path. A document a
-        # guarded upsert created has none of the fields every real document has.
+        self._group_commit()
+        self._make_parts()
+
+    def _open_collections(self) -> None:
+        """The store's collections (``prefix`` + name), each with its concerns."""
+        self.runs, self.steps, self.events, self.leases, self.meta = self._collections(
+            "runs", "steps", "events", "leases", "meta"
+        )
+        self.queues, self.schedules, self.workers, self.queue_limits, self.forks = (
+            self._collections("queues", "schedules", "workers", "queue_limits", "forks")
+        )
+        self.dedup, self.streams, self.heartbeats, self.jobs, self.lines = self._collections(
+            "dedup", "streams", "heartbeats", "jobs", "lines"
+        )
+
+    def _group_commit(self) -> None:
+        """A group commit for each collection written on the hot path. A document a
+        guarded upsert created has none of the fields every real document has."""
         self.run_writes = Batcher(self.runs, {"workflow": {"$exists": False}}, beside=self.steps)
         self.step_writes = Batcher(self.steps, {"fmt": {"$exists": False}})
         self.dedup_writes = Batcher(self.dedup, {"run_id": {"$exists": False}})
         self.stream_writes = Batcher(
             self.streams, {"pos": {"$exists": False}}, ride_on=self.run_writes
         )
-        self._make_parts()
 
     def _make_parts(self) -> None:
         """The parts that serve the store protocol, each given what it uses."""

@@ -18,7 +18,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from pymongo import ReturnDocument, UpdateOne
+from pymongo import UpdateOne
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import DuplicateKeyError
 
@@ -42,11 +42,15 @@ from pikku_mongo.wire.filters import eq
 from pikku_mongo.wire.retry import transient_retry
 from pikku_mongo.wire.skew import SkewBound
 from pikku_mongo.writes.batcher import Batcher
-from pikku_mongo.writes.op_ids import pushed_op
+from pikku_mongo.writes.journal_writes import RunUpdate
+from pikku_mongo.writes.op_ids import modify_recognised, pushed_op
 
 #: What reading a line needs of a run: all an admitter needs to begin its first pass
 #: (a queued run has no journal, steps in flight or output yet).
 _LINE_FIELDS = {"journal": 0, "inflight": 0, "output": 0, "error": 0}
+#: The run's fields that exist only while they mean something (a run reentering its
+#: queue drops those its new state does not set; see ``flow_fields``).
+_FLOW_FIELDS = ("not_before_us", "line", "qheld", "deadline", "deadline_s", "deadline_due")
 
 
 def _queue_id(name: str) -> str:
@@ -343,26 +347,13 @@ class QueueOps:
             "updated_at": to_us(utcnow()),
             f"changed.{inflight_field('*')}": "*",
         }
-        to_unset: Doc = {
-            name: ""
-            for name in (
-                "not_before_us",
-                "line",
-                "qheld",
-                "deadline",
-                "deadline_s",
-                "deadline_due",
-            )
-            if name not in fields
-        }
-        for key in forget:
-            to_unset[f"journal.{inflight_field(check_str(key, 'journal key'))}"] = ""
+        to_unset: Doc = {name: "" for name in _FLOW_FIELDS if name not in fields}
         query = {
             "_id": pack(check_str(run.run_id, "run id")),
             "status": {"$in": check_strs(expect, "expected run status")},
         }
         mark = pushed_op(pack(run.run_id))
-        update = mark.on({"$set": to_set, "$unset": to_unset} if to_unset else {"$set": to_set})
+        update = mark.on(RunUpdate(to_set, to_unset).with_journal((), forget).document())
         if run.dedup_id is not None:
             holder = await self.dedup.claim(fields["dedup"], pack(run.run_id))
             if holder is not None:
@@ -372,20 +363,7 @@ class QueueOps:
                     + f" and has not ended, so run {run.run_id!r} cannot take it again",
                     run_id=holder,
                 )
-        tries = 0
-
-        async def once() -> Doc | None:
-            nonlocal tries
-            tries += 1
-            if tries > 1:
-                mine = await self.reads.read_one(self.runs, mark.found)
-                if mine is not None:
-                    return mine
-            return await self.runs.find_one_and_update(
-                query, update, return_document=ReturnDocument.AFTER
-            )
-
-        doc = await transient_retry(once)()
+        doc = await modify_recognised(self.runs, query, update, mark, reads=self.reads)
         lines = self.targeting.line_index
         if doc is not None and lines is not None:
             await lines.add([doc])  # back in its line: see pikku_mongo.store.line_index

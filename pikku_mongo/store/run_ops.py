@@ -45,7 +45,7 @@ from pikku_mongo.wire.skew import SkewBound
 from pikku_mongo.writes.batcher import Batcher
 from pikku_mongo.writes.journal_pages import beside_writes
 from pikku_mongo.writes.journal_writes import BESIDE_AT, RunUpdate
-from pikku_mongo.writes.op_ids import PassOps, pushed_op
+from pikku_mongo.writes.op_ids import PassOps, modify_recognised, pushed_op
 
 _BY_ID = [("_id", 1)]
 #: Least recently updated first. Not tie-broken by ``_id``: that would defeat the
@@ -436,20 +436,7 @@ class RunOps:
         query = {"_id": _id(run_id), "status": {"$in": check_strs(expect, "expected run status")}}
         mark = pushed_op(_id(run_id))
         update = mark.on(RunUpdate(to_set, to_unset).with_journal((), forget).document())
-        tries = 0
-
-        async def once() -> Doc | None:
-            nonlocal tries
-            tries += 1
-            if tries > 1:
-                mine = await self.reads.read_one(self.runs, mark.found)
-                if mine is not None:
-                    return mine
-            return await self.runs.find_one_and_update(
-                query, update, return_document=ReturnDocument.AFTER
-            )
-
-        doc = await transient_retry(once)()
+        doc = await modify_recognised(self.runs, query, update, mark, reads=self.reads)
         return run_from_doc(doc) if doc is not None else None
 
     # ---- finding runs -----------------------------------------------------------

@@ -25,7 +25,12 @@ import uuid
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from pymongo import ReturnDocument
+from pymongo.asynchronous.collection import AsyncCollection
+
+from pikku_mongo.wire.causal import CausalReads
 from pikku_mongo.wire.documents import Doc
+from pikku_mongo.wire.retry import transient_retry
 
 #: How many recent operation ids a run keeps.
 OPS_KEPT = 8
@@ -102,3 +107,23 @@ class PassOps:
     def forget(self, doc_id: str, token: int) -> None:
         """The pass holding ``token`` on run ``doc_id`` has ended: drop its count."""
         self._next.pop((doc_id, token), None)
+
+
+async def modify_recognised(
+    runs: AsyncCollection[Doc], query: Doc, update: Doc, mark: OpMark, *, reads: CausalReads
+) -> Doc | None:
+    """1 findAndModify of the run ``query`` matches (``update`` carries ``mark``), the run
+    as it left it, or None when the guard failed. Sent again after a lost reply, it
+    first reads whether its first try landed (``mark.found``): then that run."""
+    tries = 0
+
+    async def once() -> Doc | None:
+        nonlocal tries
+        tries += 1
+        if tries > 1:
+            mine = await reads.read_one(runs, mark.found)
+            if mine is not None:
+                return mine
+        return await runs.find_one_and_update(query, update, return_document=ReturnDocument.AFTER)
+
+    return await transient_retry(once)()
