@@ -55,11 +55,13 @@ def fields(
 
 
 def run_fields(run: RunRecord, step: str | None = None) -> dict[str, Any]:
+    """The log fields of ``run`` (and of its ``step``, when given)."""
     traceparent = run.wire.get("traceparent") if isinstance(run.wire, dict) else None
     return fields(run.run_id, run.workflow, step, traceparent)
 
 
 def run_started(run: RunRecord) -> None:
+    """Log (INFO) and count that ``run`` started."""
     metrics.run_started(run.workflow)
     if not log.isEnabledFor(logging.INFO):
         return
@@ -76,6 +78,7 @@ def run_started(run: RunRecord) -> None:
 
 
 def run_ended(run: RunRecord, status: str, error: dict[str, Any] | None) -> None:
+    """Log (INFO, or WARNING when it failed) and count that ``run`` ended with ``status``."""
     metrics.run_ended(run.workflow, status, run.created_at)
     if not log.isEnabledFor(logging.INFO):
         return
@@ -91,6 +94,7 @@ def run_ended(run: RunRecord, status: str, error: dict[str, Any] | None) -> None
 
 
 def run_recovered(run: RunRecord, why: str) -> None:
+    """Log (INFO) that recovery took ``run`` over, and ``why``."""
     log.info(
         "run %s of workflow %r taken over by recovery (%s)",
         run.run_id,
@@ -110,6 +114,8 @@ def attempt_will_retry(
     error: dict[str, Any],
     wait: float,
 ) -> None:
+    """Log (WARNING) that an attempt failed with ``error`` and the step runs again in
+    ``wait`` seconds."""
     log.warning(
         "run %s: step %r attempt %d of %d failed (%s); retrying in %.2f s",
         run_id,

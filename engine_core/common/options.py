@@ -19,12 +19,14 @@ def check_choice(value: object, what: str, choices: tuple[str, ...], meaning: st
 
 
 def check_order(order: object) -> str:
+    """``order`` checked: one of :data:`ORDERS` (``InvalidOptionError`` otherwise)."""
     return check_choice(
         order, "order", ORDERS, "newest or oldest first by creation time, or by run id"
     )
 
 
 def check_catch_up(catch_up: object) -> str:
+    """``catch_up`` checked: one of :data:`CATCH_UPS` (``InvalidOptionError`` otherwise)."""
     return check_choice(
         catch_up,
         "catch_up",

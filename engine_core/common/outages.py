@@ -43,6 +43,7 @@ class Outages:
 
     @property
     def down(self) -> bool:
+        """Whether the store is down now (a call failed and none has succeeded since)."""
         return self._since is not None
 
     def quiet_for(self) -> float:
@@ -55,6 +56,8 @@ class Outages:
         return time.monotonic() - self._back_at
 
     def failed(self, exc: BaseException) -> None:
+        """A call failed with ``exc`` because the store is unreachable: the outage begins
+        (logged once)."""
         self._failures += 1
         if self._since is None:
             self._since = time.monotonic()
@@ -66,6 +69,7 @@ class Outages:
             )
 
     def back(self) -> None:
+        """A call succeeded: an outage in progress ends (logged, with how long it lasted)."""
         if self._since is not None:
             log.info(
                 "the store is back after %.1f s (%d calls failed meanwhile; first: %s)",

@@ -59,9 +59,11 @@ class Periodic:
 
     @property
     def running(self) -> bool:
+        """Whether the loop runs (started and not ended)."""
         return self._task is not None and not self._task.done()
 
     def start(self) -> None:
+        """Start the loop in the background."""
         self._stopping = False
         self._task = asyncio.ensure_future(self._loop())
 

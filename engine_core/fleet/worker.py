@@ -69,6 +69,8 @@ class Worker:
         self._wake.set()
 
     def start(self) -> None:
+        """Start polling for jobs of the step functions this process serves (and watching
+        for new ones where the store can hint)."""
         self._loop_task = asyncio.ensure_future(self._run())
         hints = self.store.job_hints() if self.runtime.step_function_names() else None
         if hints is not None:
@@ -373,15 +375,19 @@ class _Slot:
 
     def hold(self, job: StepRecord) -> None:
         # From before its claimed insert: the worker must not take it for an orphan.
+        """Keep ``job`` (inserted by its dispatching pass, claimed by this process) from
+        being taken for an orphan."""
         assert self._worker is not None
         self._held = (job.run_id, job.key)
         self._worker._claimed.add(self._held)
 
     def run(self, job: StepRecord) -> asyncio.Future[StepRecord | None]:
+        """Run the claimed ``job`` in this slot; its outcome, handed to the waiting pass."""
         worker = self._take()
         return worker.run_claimed(job)
 
     def release(self) -> None:
+        """Give the slot back unused."""
         if self._worker is not None:
             worker = self._take()
             if self._held is not None:

@@ -110,9 +110,11 @@ class Admitter:
         self._loop.wake()
 
     def start(self) -> None:
+        """Start admitting from this queue's line."""
         self._loop.start()
 
     async def stop(self) -> None:
+        """Stop admitting (a round in progress is cancelled)."""
         await self._loop.stop()
 
     async def _turn(self) -> float:
@@ -300,10 +302,12 @@ class Admission:
         self._admitters = {name: Admitter(store, runtime, q) for name, q in queues.items()}
 
     def start(self) -> None:
+        """Start an admitter for every declared queue."""
         for admitter in self._admitters.values():
             admitter.start()
 
     async def stop(self) -> None:
+        """Stop every admitter."""
         for admitter in self._admitters.values():
             await admitter.stop()
 

@@ -218,51 +218,66 @@ class Host:
 
     @property
     def config(self) -> EngineConfig:
+        """The engine's options."""
         return self._config
 
     @property
     def instance_id(self) -> str:
+        """This process's identity as a holder of leases and claims."""
         return self._instance_id
 
     @property
     def mirror(self) -> RunMirror | None:
+        """The run mirror, if the engine has one."""
         return self._mirror
 
     @property
     def outages(self) -> Outages:
+        """The store outages as this process sees them."""
         return self._outages
 
     @property
     def slots(self) -> asyncio.Semaphore:
+        """The step slots (``concurrency``) this process's steps share."""
         return self._slots
 
     @property
     def serving(self) -> bool:
+        """Whether this process runs work (inside ``async with engine``)."""
         return self._serving
 
     @property
     def closing(self) -> bool:
+        """Whether this process is shutting down (it starts nothing new)."""
         return self._closing
 
     def workflow_fn(self, name: str) -> WorkflowFn | None:
+        """The body of the workflow ``name`` registered here, or None."""
         return self._workflows.get(name)
 
     def workflow_names(self) -> Sequence[str]:
+        """The workflows registered here."""
         return list(self._workflows)
 
     def workflow_version(self, name: str) -> str | None:
+        """The ``version=`` label of the workflow ``name`` registered here, or None."""
         return self._versions.get(name)
 
     def drives_version(self, run: RunRecord) -> bool:
+        """Whether this process drives ``run``: always, unless ``pin_versions`` and the
+        run's version is not the one registered here."""
         return not self._pin_versions or run.version == self._versions.get(run.workflow)
 
     def step_fn(self, name: str) -> StepFn | None:
+        """The step function ``name`` registered here, or None."""
         return self._step_functions.get(name)
 
     def step_function_names(self) -> Sequence[str]:
+        """The step functions registered here."""
         return list(self._step_functions)
 
     def room_to_adopt(self) -> int:
+        """How many runs this process may still take on at once (none when it does not serve)."""
         if not self._serving:
             return 0
         return max(0, 2 * self._config.concurrency - self.driver.backlog)
@@ -274,11 +289,14 @@ class Host:
     def kick(self, run_id: str, on_taken: Callable[[], None] | None = None) -> bool:
         # A client runs no passes: the owed pass is in the store for the fleet. Nor does
         # a process with a backlog take more: the fleet's workers share it.
+        """Begin a pass of ``run_id`` here, unless this process does not serve or has a
+        backlog; whether it took it."""
         if not self._serving or self.driver.backlog >= 4 * self._config.concurrency:
             return False
         return self.driver.spawn(run_id, on_taken)
 
     async def drive(self, run_id: str) -> bool:
+        """Drive ``run_id`` here until its passes end; whether it was driven here."""
         return await self.driver.drive(run_id)
 
     def schedules_changed(self) -> None:
@@ -287,15 +305,20 @@ class Host:
             self.scheduler.wake()
 
     def work_arrived(self) -> None:
+        """Queue jobs may be waiting: the worker polls at once."""
         if self.worker is not None:
             self.worker.wake()
 
     def job_slot(self, function: str) -> JobSlot | None:
+        """A slot to run a job of ``function`` here right after its dispatch, when this
+        process serves it and has room; else None."""
         if not self._serving or self.worker is None or function not in self._step_functions:
             return None
         return self.worker.slot()
 
     def arm_timer(self, run_id: str, due_at: datetime) -> None:
+        """Trigger ``run_id`` at ``due_at`` (a sleep, an event's timeout, a long retry
+        delay), while this process serves."""
         if not self._serving:
             return
 
@@ -308,15 +331,19 @@ class Host:
         self._timers.at((run_id, due_at), due_at, fire, run_id=run_id)
 
     def keep_timers(self, run_id: str, due_at: Collection[datetime]) -> None:
+        """Keep only the timers of ``run_id`` due at ``due_at`` (what its last pass armed)."""
         self._timers.keep_only(run_id, {(run_id, d) for d in due_at})
 
     def arm_work_timer(self, due_at: datetime) -> None:
+        """Wake the worker at ``due_at`` (a queue job due then)."""
         if self._serving:
             self._timers.at(("work", due_at), due_at, self.work_arrived)
 
     def run_settled(self, run: RunRecord) -> None:
         # Its wake-ups, delay and deadline will never be needed: a long-lived process
         # holds timers for live runs only.
+        """``run`` ended here: drop its timers, tell its waiters, and look at its queue's
+        line again."""
         self._timers.cancel_run(run.run_id)
         self.run_timers.ended(run.run_id)
         self.waiters.settled(run)
@@ -324,6 +351,8 @@ class Host:
             self.joined_line(run.queue)  # a slot may have freed
 
     def reentered(self, run: RunRecord) -> None:
+        """``run`` was put back to run (a retry, a resume, a fork): arm its deadline and
+        begin it, or look at its queue's line."""
         if self._serving and run.deadline_at is not None:
             self.run_timers.arm(run)
         if run.status == "queued":
@@ -333,14 +362,18 @@ class Host:
             self.kick(run.run_id)
 
     def take_queue_slot(self, run: RunRecord) -> bool:
+        """Take one of the ``worker_concurrency`` slots of ``run``'s queue; whether one was
+        free."""
         return self._queue_slots.take(run)
 
     def give_queue_slot(self, run: RunRecord) -> None:
+        """Give back ``run``'s queue slot; a run deferred for it begins now."""
         deferred = self._queue_slots.give(run)
         if deferred is not None:
             self.kick(deferred)
 
     async def prune_timers_turn(self) -> None:
+        """One turn of the loop that drops timers of runs ended elsewhere."""
         await self.prune_timers()
 
     async def prune_timers(self) -> int:
@@ -368,6 +401,8 @@ class Host:
             self.admission.poke(queue)
 
     def spawn(self, coro: Coroutine[Any, Any, Any], what: str) -> None:
+        """Run ``coro`` in the background (awaited at shutdown; a failure is logged, naming
+        ``what``)."""
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
 

@@ -109,6 +109,7 @@ class Mismatch:
     reason: str
 
     def error(self) -> NonDeterminismError:
+        """The error the divergent pass suspends the run with."""
         return NonDeterminismError(
             f"step {self.step!r}: {self.reason}: recorded {self.recorded}, the code {self.found}",
             step=self.step,

@@ -88,6 +88,7 @@ class HeldLease:
         self.ttl = ttl
 
     async def renew(self) -> bool:
+        """Extend the lease; whether it is still held."""
         renewed = await self.store.refresh_lease(self.lease, self.ttl)
         if renewed is None:
             return False

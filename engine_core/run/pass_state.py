@@ -138,6 +138,7 @@ class PassState:
 
     @property
     def run_id(self) -> str:
+        """The run's id."""
         return self.run.run_id
 
     def unwritten(self) -> list[StepRecord]:
@@ -146,6 +147,7 @@ class PassState:
 
     @property
     def workflow(self) -> str:
+        """The run's workflow."""
         return self.run.workflow
 
     def key(self, name: str) -> str:

@@ -56,10 +56,12 @@ class DryReplay:
 
     @property
     def run_id(self) -> str:
+        """The run's id."""
         return self.run.run_id
 
     @property
     def workflow(self) -> str:
+        """The run's workflow."""
         return self.run.workflow
 
     async def write_stream(self, key: str, value: Any, *, closed: bool = False) -> None:
@@ -83,26 +85,33 @@ class DryReplay:
     ) -> Callable[..., Any] | None:
         # A dry replay reads no declared types of other code: a dispatched step's or a
         # child's value reaches the body as recorded unless the call says ``returns=``.
+        """None: a dry replay declares no types of its own."""
         return None
 
     async def inline_step(
         self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], **options: Any
     ) -> Any:
+        """The recorded result, if the record agrees with the code."""
         return await self._recorded(name, "inline", callable_name(fn))
 
     async def dispatch_step(self, name: str, function: str, payload: Any, **options: Any) -> Any:
+        """The recorded result, if the record agrees with the code."""
         return await self._recorded(name, "dispatch", function)
 
     async def sleep_step(self, name: str, duration: Duration) -> None:
+        """Past the sleep, if the record agrees with the code."""
         await self._recorded(name, "sleep", None)
 
     async def event_step(self, name: str, timeout: Duration | None) -> Any:
+        """The recorded payload, if the record agrees with the code."""
         return await self._recorded(name, "event", name)
 
     async def child_step(self, name: str, workflow: str, input: Any) -> Any:
+        """The recorded output, if the record agrees with the code."""
         return await self._recorded(name, "child", workflow)
 
     async def patched(self, patch_id: str) -> bool:
+        """As the record says the run went: True where it holds the marker."""
         pid = check_patch_id(patch_id)
         known = self.checks.patches.get(pid)
         if known is None:

@@ -248,6 +248,7 @@ class RunPass(PassState):
         kwargs: dict[str, Any] | None = None,
         declared: Any = None,
     ) -> Any:
+        """``ctx.step`` (see :func:`engine_core.run.inline.inline_step`)."""
         return await self._riding(
             inline.inline_step,
             self,
@@ -265,6 +266,7 @@ class RunPass(PassState):
     def registered(
         self, kind: Literal["workflow", "step function"], name: str
     ) -> Callable[..., Any] | None:
+        """The workflow or step function ``name`` registered in this process, or None."""
         if kind == "workflow":
             return self.runtime.workflow_fn(name)
         return self.runtime.step_fn(name)
@@ -279,6 +281,7 @@ class RunPass(PassState):
         retry_delay: Duration,
         timeout: Duration | None,
     ) -> Any:
+        """``ctx.dispatch`` (see :func:`engine_core.run.waits.dispatch_step`)."""
         return await self._riding(
             waits.dispatch_step,
             self,
@@ -291,15 +294,19 @@ class RunPass(PassState):
         )
 
     async def sleep_step(self, name: str, duration: Duration) -> None:
+        """``ctx.sleep`` (see :func:`engine_core.run.waits.sleep_step`)."""
         await self._riding(waits.sleep_step, self, name, duration)
 
     async def event_step(self, name: str, timeout: Duration | None) -> Any:
+        """``ctx.wait_for_event`` (see :func:`engine_core.run.waits.event_step`)."""
         return await self._riding(waits.event_step, self, name, timeout)
 
     async def child_step(self, name: str, workflow: str, input: Any) -> Any:
+        """``ctx.child`` (see :func:`engine_core.run.waits.child_step`)."""
         return await self._riding(waits.child_step, self, name, workflow, input)
 
     async def patched(self, patch_id: str) -> bool:
+        """``ctx.patched`` (see :func:`engine_core.run.patches.patched`)."""
         return await patches.patched(self, patch_id)
 
     async def _riding(
@@ -314,6 +321,7 @@ class RunPass(PassState):
         return result
 
     async def write_stream(self, key: str, value: Any, *, closed: bool = False) -> None:
+        """``ctx.write_stream``: durable with the body's next write."""
         if self._streams is None:
             self._streams = BodyStreams(self.store, self.run_id, first_pass=self.run.passes <= 1)
         await self._streams.write(key, value, closed=closed)

@@ -43,6 +43,8 @@ class BodyStreams:
         self._sending: asyncio.Future[None] | None = None
 
     async def write(self, key: str, value: Any, *, closed: bool = False) -> None:
+        """Write ``value`` at the stream's next position (``closed``: and close it), exactly
+        once across replays."""
         check_name(key, "stream key")
         if key in self._closed:
             raise StreamClosedError(
@@ -137,6 +139,7 @@ class AttemptStreams:
         self._next: dict[str, int] = {}
 
     async def write_stream(self, info: StepInfo, key: str, value: Any) -> None:
+        """Write ``value`` to the stream ``key``, tagged with the attempt and its n-th write."""
         check_name(key, "stream key")
         stored = to_stored(value, f"entry of stream {key!r}")
         n = self._counts.get(key, 0)
@@ -168,6 +171,7 @@ class AttemptStreams:
             position = max(position + 1, await self._store.stream_length(info.run_id, key))
 
     async def heartbeat(self, info: StepInfo, details: Any) -> None:
+        """Record the attempt's heartbeat ``details`` (and renew a dispatched step's claim)."""
         stored = to_stored(details, f"heartbeat details of step {info.step!r}")
         await self._store.put_heartbeat(
             info.run_id, info.step, attempt=info.attempt, details=stored

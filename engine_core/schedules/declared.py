@@ -39,6 +39,7 @@ class DeclaredSchedule:
 
 
 def check_schedule_name(name: str) -> None:
+    """``name`` checked as a schedule's: a name whose run ids (name and fire time) fit."""
     check_name(name, "schedule name")
     if len(name) + RUN_ID_SUFFIX_LENGTH > MAX_RUN_ID_LENGTH:
         raise InvalidNameError(

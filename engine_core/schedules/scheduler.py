@@ -62,6 +62,7 @@ StartRun = Callable[[str, Any, str], Awaitable[Any]]
 
 
 def spec_of(schedule: ScheduleRecord) -> ScheduleSpec:
+    """The timing of ``schedule``."""
     return ScheduleSpec(cron=schedule.cron, every=schedule.every, timezone=schedule.timezone)
 
 
@@ -84,9 +85,11 @@ class Scheduler:
         self.fired = 0
 
     def start(self) -> None:
+        """Start firing schedules due."""
         self._loop.start()
 
     async def stop(self) -> None:
+        """Stop firing schedules."""
         await self._loop.stop()
 
     def wake(self) -> None:

@@ -44,6 +44,7 @@ class ScheduleSpec:
 
     @property
     def zone(self) -> ZoneInfo:
+        """The schedule's time zone."""
         return ZoneInfo(self.timezone)
 
 

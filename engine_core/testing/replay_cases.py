@@ -13,6 +13,7 @@ class ReplayRecordCases:
     """What a store must keep for replays to be checked (DESIGN 3d)."""
 
     async def test_a_step_keeps_its_order_and_callable(self, store: Store) -> None:
+        """A step keeps its order and callable."""
         job = make_job("run-1", "j", order=3, ran="send-email")
         assert await store.insert_step(job)
         saved = done_step("run-1", "s", result=1)
@@ -27,6 +28,7 @@ class ReplayRecordCases:
         assert again is not None and (again.order, again.ran) == (None, None)
 
     async def test_the_journal_keeps_order_and_callable(self, store: Store) -> None:
+        """The journal keeps order and callable."""
         await store.insert_run(make_run())
         token = await begin(store)
         first = done_step("run-1", "a", result={"$set": 1})
@@ -45,6 +47,7 @@ class ReplayRecordCases:
         assert steps["patched:p"].kind == "patch"
 
     async def test_a_run_keeps_its_version_and_lists_filter_by_it(self, store: Store) -> None:
+        """A run keeps its version and lists filter by it."""
         await store.insert_run(make_run("r-1", version="2026-12"))
         await store.insert_run(make_run("r-2", version="$ne"))
         await store.insert_run(make_run("r-3"))
@@ -60,6 +63,7 @@ class ReplayRecordCases:
         assert [r.version for r in every] == ["2026-12", "$ne", None]
 
     async def test_load_steps_of_many_runs_at_once(self, store: Store) -> None:
+        """Load steps of many runs at once."""
         await store.save_steps([done_step("run-1", "a"), done_step("run-1", "b")])
         await store.insert_step(make_job("run-2", "j"))
         await store.save_steps([done_step("run-3", "c")])

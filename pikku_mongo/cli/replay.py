@@ -38,6 +38,7 @@ def load_engine(spec: str) -> Engine:
 
 
 def render(report: ReplayReport) -> str:
+    """The report as text: how many runs were checked, and each that would diverge."""
     lines = [f"replayed {report.checked} run(s): {len(report.diverged)} would diverge"]
     for d in report.diverged:
         lines += [
@@ -74,6 +75,7 @@ async def replay_check_command(args: argparse.Namespace) -> tuple[Any, str, int]
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    """Add ``replay-check`` and its options to the command line's ``sub`` commands."""
     check = sub.add_parser(
         "replay-check",
         parents=[common],

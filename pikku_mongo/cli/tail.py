@@ -21,6 +21,7 @@ RELIST_S = 1.0
 
 
 def add_parser(actions: Any, common: argparse.ArgumentParser) -> None:
+    """Add ``runs tail`` and its options to the ``runs`` command's ``actions``."""
     tail = actions.add_parser(
         "tail", parents=[common], help="print a run's stream entries as they come"
     )

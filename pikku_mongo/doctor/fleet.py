@@ -84,5 +84,6 @@ async def stranded_check(store: MongoStore, workers: list[Worker]) -> Check:
 
 
 async def fleet_checks(store: MongoStore) -> list[Check]:
+    """The fleet's checks: the live workers, and the runs and jobs no live worker can drive."""
     workers = await store.list_workers()
     return [await workers_check(store, workers), await stranded_check(store, workers)]

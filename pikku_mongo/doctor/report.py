@@ -21,14 +21,18 @@ class Check:
 
 @dataclass
 class DoctorReport:
+    """The checks of one diagnosis, in the order they ran."""
+
     checks: list[Check]
 
     @property
     def failures(self) -> int:
+        """How many checks failed."""
         return sum(1 for c in self.checks if c.status == "fail")
 
     @property
     def warnings(self) -> int:
+        """How many checks warned."""
         return sum(1 for c in self.checks if c.status == "warn")
 
     @property
@@ -37,9 +41,11 @@ class DoctorReport:
         return self.failures == 0
 
     def get(self, name: str) -> Check:
+        """The check ``name``."""
         return next(c for c in self.checks if c.name == name)
 
     def to_json(self) -> dict[str, Any]:
+        """The report as ``doctor --json`` prints it."""
         return {
             "ok": self.ok,
             "failures": self.failures,

@@ -77,6 +77,7 @@ class JobIndex:
         self._writes = Batcher(jobs, {"fn": {"$exists": False}})
 
     async def create_indexes(self) -> None:
+        """1 ``createIndexes`` (the poll's read: by function and due time)."""
         await self.jobs.create_indexes(JOB_INDEXES)
 
     async def add(self, docs: Iterable[Doc]) -> None:

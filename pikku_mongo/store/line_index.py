@@ -62,6 +62,7 @@ class LineIndex:
                 self._gone.append((run_id, nonce))
 
     async def create_indexes(self) -> None:
+        """1 ``createIndexes`` (the head of a line: by line key)."""
         await self.lines.create_indexes(LINE_INDEXES)
 
     async def add(self, docs: Iterable[Doc]) -> None:

@@ -42,6 +42,7 @@ def _id(name: str) -> str:
 
 
 def schedule_to_doc(schedule: ScheduleRecord) -> Doc:
+    """The document of ``schedule`` (its fields checked)."""
     every = schedule.every
     return {
         "_id": _id(schedule.name),
@@ -59,6 +60,7 @@ def schedule_to_doc(schedule: ScheduleRecord) -> Doc:
 
 
 def schedule_from_doc(doc: Doc) -> ScheduleRecord:
+    """The schedule a document holds."""
     every = doc.get("every")
     return ScheduleRecord(
         name=unpack(doc["_id"]),

@@ -46,6 +46,7 @@ def _stream_prefix(run_id: str, key: str) -> str:
 
 
 def entry_to_doc(entry: StreamEntry) -> Doc:
+    """The document of the stream entry ``entry`` (its fields checked)."""
     position = check_int(entry.position, "stream position")
     return {
         "_id": _stream_prefix(entry.run_id, entry.key) + f"{position:0{_POS_DIGITS}d}",
@@ -62,6 +63,7 @@ def entry_to_doc(entry: StreamEntry) -> Doc:
 
 
 def entry_from_doc(doc: Doc) -> StreamEntry:
+    """The stream entry a document holds."""
     step = doc.get("step")
     return StreamEntry(
         run_id=unpack(doc["run_id"]),

@@ -28,6 +28,7 @@ _BY_START = [("started_us", 1), ("_id", 1)]
 
 
 def worker_to_doc(worker: Worker, clock_offset: float | None) -> Doc:
+    """The document of ``worker`` (``clock_offset``: this host's, when the record has none)."""
     return {
         "_id": pack(check_str(worker.instance_id, "instance id")),
         "host": str(worker.host),
@@ -46,6 +47,7 @@ def worker_to_doc(worker: Worker, clock_offset: float | None) -> Doc:
 
 
 def worker_from_doc(doc: Doc) -> Worker:
+    """The worker record a document holds."""
     offset = doc.get("clock_offset")
     return Worker(
         instance_id=unpack(doc["_id"]),

@@ -42,14 +42,17 @@ class OperationClock(monitoring.CommandListener):
         self.cluster_time: Mapping[str, Any] | None = None
 
     def started(self, event: monitoring.CommandStartedEvent) -> None:
+        """Nothing: a command's times come with its reply."""
         pass
 
     def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        """Keep the reply's times when they are newer."""
         self._see(event.reply)
 
     def failed(self, event: monitoring.CommandFailedEvent) -> None:
         # A failed command's reply carries the times too (a write concern error may
         # follow a write that was applied).
+        """Keep the failed reply's times when they are newer."""
         failure = event.failure
         if isinstance(failure, Mapping):
             self._see(failure)

@@ -13,10 +13,13 @@ class CommandCounter(monitoring.CommandListener):
     one; for a client of your own pass ``event_listeners=[CommandCounter()]``)."""
 
     def started(self, event: monitoring.CommandStartedEvent) -> None:
+        """Count the command."""
         metrics.store_command(event.command_name)
 
     def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        """Nothing: a command is counted when it starts."""
         pass
 
     def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        """Nothing: a command is counted when it starts."""
         pass

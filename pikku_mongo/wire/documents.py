@@ -174,6 +174,7 @@ def line_bounds(queue: str) -> tuple[str, str]:
 
 
 def dedup_key(queue: str | None, dedup_id: str) -> str:
+    """The ``_id`` of the dedup claim of ``dedup_id`` on ``queue``."""
     return f"{pack(queue or '')}{_ID_SEPARATOR}{pack(dedup_id)}"
 
 
@@ -331,6 +332,7 @@ def entry_to_text(entry: AttemptEntry) -> str:
 
 
 def entry_from_text(text: Any) -> AttemptEntry:
+    """The attempt entry a step document's history holds as ``text``."""
     data = cast(Doc, json.loads(cast(str, text)))
     at = _from_iso(data["at"])
     assert at is not None
@@ -456,6 +458,7 @@ def step_from_doc(doc: Doc) -> StepRecord:
 
 
 def event_to_doc(event: EventRecord) -> Doc:
+    """The document of ``event`` (its fields checked)."""
     consumer = event.consumed_by
     return {
         "_id": pack(check_str(event.event_id, "event id")),
@@ -470,6 +473,7 @@ def event_to_doc(event: EventRecord) -> Doc:
 
 
 def event_from_doc(doc: Doc) -> EventRecord:
+    """The event a document holds."""
     return EventRecord(
         event_id=unpack(doc["_id"]),
         run_id=unpack(doc["run_id"]),
@@ -488,6 +492,7 @@ def lease_expiry(expires_at: datetime, *, gc_from: datetime | None = None) -> Do
 
 
 def lease_from_doc(doc: Doc) -> Lease:
+    """The lease a document holds (its stored expiry)."""
     return Lease(
         key=unpack(doc["_id"]),
         holder=unpack(doc["holder"]),

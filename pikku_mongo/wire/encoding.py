@@ -29,16 +29,19 @@ def pack(value: str) -> str:
 
 
 def unpack(value: str) -> str:
+    """The string :func:`pack` made ``value`` from."""
     if "\x01" not in value:
         return value
     return _UNESCAPE.sub(lambda m: "\x00" if m.group(1) == "\x01" else "\x01", value)
 
 
 def pack_opt(value: str | None) -> str | None:
+    """:func:`pack`, None kept."""
     return None if value is None else pack(value)
 
 
 def unpack_opt(value: Any) -> str | None:
+    """:func:`unpack`, None kept."""
     return None if value is None else unpack(cast(str, value))
 
 
@@ -48,6 +51,7 @@ def dump_value(value: Any) -> str:
 
 
 def load_value(text: Any) -> Any:
+    """The value ``text`` (JSON, as :func:`dump_value` wrote it) holds; None for None."""
     return None if text is None else json.loads(cast(str, text))
 
 
@@ -60,6 +64,7 @@ def to_us(moment: datetime) -> int:
 
 
 def from_us(value: Any) -> datetime:
+    """The aware UTC datetime of microseconds since the epoch."""
     return EPOCH + timedelta(microseconds=int(value))
 
 
@@ -70,8 +75,10 @@ MIN_TIME = to_us(datetime.min)
 
 
 def opt_to_us(moment: datetime | None) -> int | None:
+    """:func:`to_us`, None kept."""
     return None if moment is None else to_us(moment)
 
 
 def opt_from_us(value: Any) -> datetime | None:
+    """:func:`from_us`, None kept."""
     return None if value is None else from_us(value)

@@ -76,6 +76,7 @@ def guard_filter(run_id: str, key: str, guard: StepGuard) -> Doc:
 
 
 def check_changes(changes: dict[str, Any]) -> None:
+    """Refuse changes to fields a step record does not have (``ValueError``)."""
     unknown = set(changes) - STEP_FIELDS
     if unknown:
         raise ValueError(f"unknown step fields {sorted(unknown)}")
@@ -111,6 +112,7 @@ def claim_filter(now: datetime) -> Doc:
 
 
 def lapsed_claims_filter(now: datetime) -> Doc:
+    """The filter of the queue jobs whose claim expired before ``now``."""
     return {
         "status": eq("running"),
         "kind": eq("dispatch"),
