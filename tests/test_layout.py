@@ -152,6 +152,7 @@ MONGO_LAYERS: list[set[str]] = [
     {"store.lease_ops", "store.event_ops", "store.fork_ops", "store.listing"},
     {"store.schedule_ops", "store.stream_ops", "store.job_index", "store.line_index"},
     {"store.dedup_ops", "store.targeting"},
+    {"store.runs_part"},
     {"store.prune_ops"},
     {"store.migrations", "store.queue_ops", "store.run_ops", "store.step_ops"},
     {"store.mongo_store"},

@@ -12,6 +12,7 @@ fleet has few queues; each method says what it costs.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from pymongo.asynchronous.collection import AsyncCollection
@@ -24,11 +25,11 @@ from pikku_mongo.wire.retry import transient_retry
 _FIELDS = ("concurrency", "worker_concurrency", "key_concurrency", "rate")
 
 
+@dataclass(eq=False)
 class DeclaredOps:
     """Declared queue limits (see the module docstring)."""
 
-    def __init__(self, queue_limits: AsyncCollection[Doc]) -> None:
-        self.queue_limits = queue_limits
+    queue_limits: AsyncCollection[Doc]
 
     @transient_retry
     async def put_queue_limits(self, name: str, limits: dict[str, Any]) -> None:

@@ -18,6 +18,7 @@ own, ``dedup``, whose ``_id`` is the dedup key: ``{_id: key, run_id, at_us}``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 
 from pymongo.asynchronous.collection import AsyncCollection
@@ -37,23 +38,15 @@ from pikku_mongo.writes.batcher import Batcher
 ORPHAN_AFTER_S = 60.0
 
 
+@dataclass(eq=False, kw_only=True)
 class DedupOps:
     """The dedup claims of :class:`~pikku_mongo.MongoStore`."""
 
-    def __init__(
-        self,
-        *,
-        runs: AsyncCollection[Doc],
-        dedup: AsyncCollection[Doc],
-        dedup_writes: Batcher,
-        reads: CausalReads,
-        skew: SkewBound,
-    ) -> None:
-        self.runs = runs
-        self.dedup = dedup
-        self.dedup_writes = dedup_writes
-        self.reads = reads
-        self.skew = skew
+    runs: AsyncCollection[Doc]
+    dedup: AsyncCollection[Doc]
+    dedup_writes: Batcher
+    reads: CausalReads
+    skew: SkewBound
 
     @transient_retry
     async def claim(self, key: str, run_id: str, *, now: datetime | None = None) -> str | None:

@@ -3,6 +3,8 @@ send time), consumed oldest first by name."""
 
 from __future__ import annotations
 
+from dataclasses import KW_ONLY, dataclass
+
 from pymongo import ReturnDocument
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import DuplicateKeyError
@@ -19,12 +21,13 @@ _AFTER = ReturnDocument.AFTER
 _BY_ID = [("_id", 1)]
 
 
+@dataclass(eq=False)
 class EventOps:
     """The event methods of :class:`~pikku_mongo.MongoStore`."""
 
-    def __init__(self, events: AsyncCollection[Doc], *, reads: CausalReads) -> None:
-        self.events = events
-        self.reads = reads
+    events: AsyncCollection[Doc]
+    _: KW_ONLY
+    reads: CausalReads
 
     @transient_retry
     async def insert_event(self, event: EventRecord) -> None:

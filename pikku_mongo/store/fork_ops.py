@@ -21,6 +21,7 @@ or finishes the first.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
 from pymongo.asynchronous.collection import AsyncCollection
@@ -39,24 +40,16 @@ from pikku_mongo.wire.retry import transient_retry
 CLEAN_BATCH = 100
 
 
+@dataclass(eq=False, kw_only=True)
 class ForkOps:
     """The fork methods of :class:`~pikku_mongo.MongoStore`. A fork's steps and run are
     written as ``store`` writes steps and runs."""
 
-    def __init__(
-        self,
-        *,
-        runs: AsyncCollection[Doc],
-        steps: AsyncCollection[Doc],
-        forks: AsyncCollection[Doc],
-        reads: CausalReads,
-        store: Store,
-    ) -> None:
-        self.runs = runs
-        self.steps = steps
-        self.forks = forks
-        self.reads = reads
-        self.store = store
+    runs: AsyncCollection[Doc]
+    steps: AsyncCollection[Doc]
+    forks: AsyncCollection[Doc]
+    reads: CausalReads
+    store: Store
 
     async def fork_run(self, run: RunRecord, steps: Sequence[StepRecord]) -> RunRecord | None:
         """1 find; when no run has the id: 1 upsert (the marker), the steps (1 bulk write

@@ -6,7 +6,7 @@ index that removes the document a day after the lease ended."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import KW_ONLY, dataclass, replace
 from datetime import timedelta
 
 from pymongo import ReturnDocument
@@ -23,12 +23,13 @@ from pikku_mongo.wire.skew import SkewBound
 _AFTER = ReturnDocument.AFTER
 
 
+@dataclass(eq=False)
 class LeaseOps:
     """The lease methods of :class:`~pikku_mongo.MongoStore`."""
 
-    def __init__(self, leases: AsyncCollection[Doc], *, skew: SkewBound) -> None:
-        self.leases = leases
-        self.skew = skew
+    leases: AsyncCollection[Doc]
+    _: KW_ONLY
+    skew: SkewBound
 
     def _held(self, doc: Doc) -> Lease:
         """The lease as its holder must see it: ending ``max_clock_skew`` early."""

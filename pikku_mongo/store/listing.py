@@ -10,6 +10,7 @@ Runs written before ``made`` existed get it once, at ``init`` (:func:`backfill_m
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
@@ -86,12 +87,12 @@ async def backfill_made(meta: AsyncCollection[Doc], runs: AsyncCollection[Doc]) 
         log.info("gave %d run documents their creation-order key", filled)
 
 
+@dataclass(eq=False)
 class ListingOps:
     """``MongoStore``'s lists of runs, their counts by status, and the workflows that
     have runs (what the dashboard, the CLI and ``engine.list_runs`` read)."""
 
-    def __init__(self, runs: AsyncCollection[Doc]) -> None:
-        self.runs = runs
+    runs: AsyncCollection[Doc]
 
     @transient_retry
     async def list_runs(

@@ -120,22 +120,6 @@ from pikku_mongo.writes.batcher import Batcher
 
 log = logging.getLogger("pikku_mongo.store.mongo_store")
 
-#: The part serving each group of the store protocol's methods (the table at the end
-#: of :class:`MongoStore`).
-_runs: ServedBy[MongoStore, RunOps] = ServedBy(lambda store: store.run_ops)
-_listing: ServedBy[MongoStore, ListingOps] = ServedBy(lambda store: store.listing)
-_prune: ServedBy[MongoStore, PruneOps] = ServedBy(lambda store: store.prune_ops)
-_steps: ServedBy[MongoStore, StepOps] = ServedBy(lambda store: store.step_ops)
-_queues: ServedBy[MongoStore, QueueOps] = ServedBy(lambda store: store.queue_ops)
-_dedup: ServedBy[MongoStore, DedupOps] = ServedBy(lambda store: store.dedup_ops)
-_forks: ServedBy[MongoStore, ForkOps] = ServedBy(lambda store: store.fork_ops)
-_streams: ServedBy[MongoStore, StreamOps] = ServedBy(lambda store: store.stream_ops)
-_events: ServedBy[MongoStore, EventOps] = ServedBy(lambda store: store.event_ops)
-_leases: ServedBy[MongoStore, LeaseOps] = ServedBy(lambda store: store.lease_ops)
-_schedules: ServedBy[MongoStore, ScheduleOps] = ServedBy(lambda store: store.schedule_ops)
-_workers: ServedBy[MongoStore, WorkerOps] = ServedBy(lambda store: store.worker_ops)
-_declared: ServedBy[MongoStore, DeclaredOps] = ServedBy(lambda store: store.declared_ops)
-
 
 class MongoStore:
     """The engine's store on a MongoDB database (see the module docstring), built from
@@ -239,30 +223,22 @@ class MongoStore:
             dedup=self.dedup_ops,
         )
         self.step_ops: StepOps = StepOps(
+            reads=reads,
+            skew=skew,
+            targeting=targeting,
             steps=self.steps,
             step_writes=self.step_writes,
-            targeting=targeting,
-            reads=reads,
-            skew=skew,
         )
-        self.queue_ops: QueueOps = QueueOps(
-            runs=self.runs,
-            queues=self.queues,
-            run_writes=self.run_writes,
-            dedup=self.dedup_ops,
-            targeting=targeting,
-            reads=reads,
-            skew=skew,
-        )
+        self.queue_ops: QueueOps = QueueOps.beside(self.run_ops, queues=self.queues)
         self.fork_ops: ForkOps = ForkOps(
             runs=self.runs, steps=self.steps, forks=self.forks, reads=reads, store=self
         )
         self.stream_ops: StreamOps = StreamOps(
+            watch=self._watch,
+            reads=reads,
             streams=self.streams,
             heartbeats=self.heartbeats,
             stream_writes=self.stream_writes,
-            reads=reads,
-            watch=self._watch,
         )
         self.event_ops: EventOps = EventOps(self.events, reads=reads)
         self.lease_ops: LeaseOps = LeaseOps(self.leases, skew=skew)
@@ -416,8 +392,10 @@ class MongoStore:
             await client.close()
 
     # ---- the store protocol, each method served by one part ------------------------
+    # Each group names its part, then the methods that part serves.
 
     # RunOps
+    _runs = ServedBy["MongoStore", RunOps](lambda store: store.run_ops)
     insert_run = _runs(RunOps.insert_run)
     get_run = _runs(RunOps.get_run)
     get_runs = _runs(RunOps.get_runs)
@@ -435,12 +413,15 @@ class MongoStore:
     find_runs_needing_pass = _runs(RunOps.find_runs_needing_pass)
     find_idle_runs = _runs(RunOps.find_idle_runs)
     # ListingOps
+    _listing = ServedBy["MongoStore", ListingOps](lambda store: store.listing)
     list_runs = _listing(ListingOps.list_runs)
     count_runs = _listing(ListingOps.count_runs)
     list_workflows = _listing(ListingOps.list_workflows)
     # PruneOps
+    _prune = ServedBy["MongoStore", PruneOps](lambda store: store.prune_ops)
     delete_runs = _prune(PruneOps.delete_runs)
     # StepOps
+    _steps = ServedBy["MongoStore", StepOps](lambda store: store.step_ops)
     load_steps = _steps(StepOps.load_steps)
     load_steps_of = _steps(StepOps.load_steps_of)
     get_step = _steps(StepOps.get_step)
@@ -456,6 +437,7 @@ class MongoStore:
     halt_steps = _steps(StepOps.halt_steps)
     find_scheduled_steps = _steps(StepOps.find_scheduled_steps)
     # QueueOps
+    _queues = ServedBy["MongoStore", QueueOps](lambda store: store.queue_ops)
     get_queue_state = _queues(QueueOps.get_queue_state)
     save_queue_state = _queues(QueueOps.save_queue_state)
     queued_runs = _queues(QueueOps.queued_runs)
@@ -470,12 +452,15 @@ class MongoStore:
     count_queue = _queues(QueueOps.count_queue)
     queue_names = _queues(QueueOps.queue_names)
     # DedupOps
+    _dedup = ServedBy["MongoStore", DedupOps](lambda store: store.dedup_ops)
     dedup_holder = _dedup(DedupOps.dedup_holder)
     # ForkOps
+    _forks = ServedBy["MongoStore", ForkOps](lambda store: store.fork_ops)
     fork_run = _forks(ForkOps.fork_run)
     list_forks = _forks(ForkOps.list_forks)
     clean_forks = _forks(ForkOps.clean_forks)
     # StreamOps
+    _streams = ServedBy["MongoStore", StreamOps](lambda store: store.stream_ops)
     append_stream = _streams(StreamOps.append_stream)
     stream_entries = _streams(StreamOps.stream_entries)
     stream_length = _streams(StreamOps.stream_length)
@@ -484,13 +469,16 @@ class MongoStore:
     put_heartbeat = _streams(StreamOps.put_heartbeat)
     get_heartbeat = _streams(StreamOps.get_heartbeat)
     # EventOps
+    _events = ServedBy["MongoStore", EventOps](lambda store: store.event_ops)
     insert_event = _events(EventOps.insert_event)
     consume_event = _events(EventOps.consume_event)
     # LeaseOps
+    _leases = ServedBy["MongoStore", LeaseOps](lambda store: store.lease_ops)
     acquire_lease = _leases(LeaseOps.acquire_lease)
     refresh_lease = _leases(LeaseOps.refresh_lease)
     release_lease = _leases(LeaseOps.release_lease)
     # ScheduleOps
+    _schedules = ServedBy["MongoStore", ScheduleOps](lambda store: store.schedule_ops)
     put_schedule = _schedules(ScheduleOps.put_schedule)
     get_schedule = _schedules(ScheduleOps.get_schedule)
     list_schedules = _schedules(ScheduleOps.list_schedules)
@@ -498,9 +486,11 @@ class MongoStore:
     set_schedule_paused = _schedules(ScheduleOps.set_schedule_paused)
     advance_schedule = _schedules(ScheduleOps.advance_schedule)
     # WorkerOps
+    _workers = ServedBy["MongoStore", WorkerOps](lambda store: store.worker_ops)
     put_worker = _workers(WorkerOps.put_worker)
     delete_worker = _workers(WorkerOps.delete_worker)
     list_workers = _workers(WorkerOps.list_workers)
     # DeclaredOps
+    _declared = ServedBy["MongoStore", DeclaredOps](lambda store: store.declared_ops)
     put_queue_limits = _declared(DeclaredOps.put_queue_limits)
     list_queue_limits = _declared(DeclaredOps.list_queue_limits)

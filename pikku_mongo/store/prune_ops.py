@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
 from pymongo import DeleteMany
@@ -21,21 +22,15 @@ from pikku_mongo.wire.retry import transient_retry
 _LEAST_RECENT = [("updated_at", 1)]
 
 
+@dataclass(eq=False, kw_only=True)
 class PruneOps:
     """``MongoStore.delete_runs``. ``owned``: the collections of documents that belong
     to a run (its steps, events, stream entries, heartbeats), deleted with it, before
     it."""
 
-    def __init__(
-        self,
-        *,
-        runs: AsyncCollection[Doc],
-        owned: Sequence[AsyncCollection[Doc]],
-        dedup: DedupOps,
-    ) -> None:
-        self.runs = runs
-        self.owned = owned
-        self.dedup = dedup
+    runs: AsyncCollection[Doc]
+    owned: Sequence[AsyncCollection[Doc]]
+    dedup: DedupOps
 
     @transient_retry
     async def delete_runs(self, *, finished_before: datetime, limit: int) -> int:

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from dataclasses import fields as dataclass_fields
 from datetime import datetime, timedelta
 from typing import Any, cast
 
@@ -24,9 +25,7 @@ from pymongo.errors import DuplicateKeyError
 
 from engine_core.errors import DuplicateRunError
 from engine_core.records import LinePage, QueueState, RunRecord, RunState, utcnow
-from pikku_mongo.store.dedup_ops import DedupOps
-from pikku_mongo.store.targeting import Targeting
-from pikku_mongo.wire.causal import CausalReads
+from pikku_mongo.store.runs_part import RunsPart
 from pikku_mongo.wire.checks import check_datetime, check_int, check_opt_str, check_str, check_strs
 from pikku_mongo.wire.documents import (
     Doc,
@@ -40,8 +39,6 @@ from pikku_mongo.wire.documents import (
 from pikku_mongo.wire.encoding import from_us, pack, to_us, unpack, unpack_opt
 from pikku_mongo.wire.filters import eq
 from pikku_mongo.wire.retry import transient_retry
-from pikku_mongo.wire.skew import SkewBound
-from pikku_mongo.writes.batcher import Batcher
 from pikku_mongo.writes.journal_writes import RunUpdate
 from pikku_mongo.writes.op_ids import modify_recognised, pushed_op
 
@@ -99,28 +96,19 @@ def _held_field(run: RunRecord) -> Doc:
     return {"qheld": held_key(check_str(run.queue, "queue name"), run.queue_key)}
 
 
-class QueueOps:
+@dataclass(eq=False, kw_only=True)
+class QueueOps(RunsPart):
     """The flow-control methods of :class:`~pikku_mongo.MongoStore`."""
 
-    def __init__(
-        self,
-        *,
-        runs: AsyncCollection[Doc],
-        queues: AsyncCollection[Doc],
-        run_writes: Batcher,
-        dedup: DedupOps,
-        targeting: Targeting,
-        reads: CausalReads,
-        skew: SkewBound,
-    ) -> None:
-        self.runs = runs
-        self.queues = queues
-        self.run_writes = run_writes
-        self.dedup = dedup
-        #: The line index, when targeted polling is on.
-        self.targeting = targeting
-        self.reads = reads
-        self.skew = skew
+    queues: AsyncCollection[Doc]
+
+    @classmethod
+    def beside(cls, part: RunsPart, *, queues: AsyncCollection[Doc]) -> QueueOps:
+        """Flow control on the runs ``part`` writes (sharing its collection, group
+        commit, dedup claims, targeting, reads and bound), the queues' states in
+        ``queues``."""
+        shared = {f.name: getattr(part, f.name) for f in dataclass_fields(RunsPart)}
+        return cls(queues=queues, **shared)
 
     @transient_retry
     async def get_queue_state(self, name: str) -> QueueState | None:

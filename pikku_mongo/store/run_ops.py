@@ -9,17 +9,15 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, cast
 
 from pymongo import ReturnDocument
-from pymongo.asynchronous.collection import AsyncCollection
 
 from engine_core.errors import DuplicateRunError
 from engine_core.records import ACTIVE, TERMINAL, RunRecord, RunState, StepRecord, utcnow
-from pikku_mongo.store.dedup_ops import DedupOps
-from pikku_mongo.store.targeting import Targeting
-from pikku_mongo.wire.causal import CausalReads
+from pikku_mongo.store.runs_part import RunsPart
 from pikku_mongo.wire.checks import (
     check_bool,
     check_datetime,
@@ -41,8 +39,6 @@ from pikku_mongo.wire.encoding import dump_value, pack, to_us, unpack
 from pikku_mongo.wire.filters import eq
 from pikku_mongo.wire.journal_text import RecentTexts
 from pikku_mongo.wire.retry import surface_oversize, transient_retry
-from pikku_mongo.wire.skew import SkewBound
-from pikku_mongo.writes.batcher import Batcher
 from pikku_mongo.writes.journal_pages import beside_writes
 from pikku_mongo.writes.journal_writes import BESIDE_AT, RunUpdate
 from pikku_mongo.writes.op_ids import PassOps, modify_recognised, pushed_op
@@ -58,31 +54,15 @@ def _id(run_id: str) -> str:
     return pack(check_str(run_id, "run id"))
 
 
-class RunOps:
+@dataclass(eq=False, kw_only=True)
+class RunOps(RunsPart):
     """The run methods of :class:`~pikku_mongo.MongoStore`."""
 
-    def __init__(
-        self,
-        *,
-        runs: AsyncCollection[Doc],
-        run_writes: Batcher,
-        dedup: DedupOps,
-        targeting: Targeting,
-        reads: CausalReads,
-        skew: SkewBound,
-    ) -> None:
-        self.runs = runs
-        self.run_writes = run_writes
-        self.dedup = dedup
-        #: The line index, when targeted polling is on.
-        self.targeting = targeting
-        self.reads = reads
-        self.skew = skew
-        #: See :meth:`journals_outcomes` (tests set 1 to send every outcome beside).
-        self.beside_at = BESIDE_AT
-        #: The operation ids of this process's passes (see :mod:`pikku_mongo.writes.op_ids`).
-        self.pass_ops = PassOps()
-        self.recent_texts = RecentTexts()
+    #: See :meth:`journals_outcomes` (tests set 1 to send every outcome beside).
+    beside_at: int = field(default=BESIDE_AT, init=False)
+    #: The operation ids of this process's passes (see :mod:`pikku_mongo.writes.op_ids`).
+    pass_ops: PassOps = field(default_factory=PassOps, init=False)
+    recent_texts: RecentTexts = field(default_factory=RecentTexts, init=False)
 
     # ---- creating and reading ---------------------------------------------------
 

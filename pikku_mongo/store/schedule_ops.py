@@ -14,6 +14,7 @@ fleet has few schedules). Each method says what it costs.
 
 from __future__ import annotations
 
+from dataclasses import KW_ONLY, dataclass
 from datetime import datetime
 from typing import Any
 
@@ -77,12 +78,13 @@ def schedule_from_doc(doc: Doc) -> ScheduleRecord:
     )
 
 
+@dataclass(eq=False)
 class ScheduleOps:
     """The schedule methods of :class:`~pikku_mongo.MongoStore`."""
 
-    def __init__(self, schedules: AsyncCollection[Doc], *, reads: CausalReads) -> None:
-        self.schedules = schedules
-        self.reads = reads
+    schedules: AsyncCollection[Doc]
+    _: KW_ONLY
+    reads: CausalReads
 
     @transient_retry
     async def put_schedule(self, schedule: ScheduleRecord) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
 
@@ -57,24 +58,16 @@ _LEAST_RECENT = [("updated_at", 1)]
 _SWEPT = {f: 1 for f in ("run_id", "key", "kind", "status", "due_at", "child_run_id")}
 
 
+@dataclass(eq=False, kw_only=True)
 class StepOps:
     """The step and queue methods of :class:`~pikku_mongo.MongoStore`."""
 
-    def __init__(
-        self,
-        *,
-        steps: AsyncCollection[Doc],
-        step_writes: Batcher,
-        targeting: Targeting,
-        reads: CausalReads,
-        skew: SkewBound,
-    ) -> None:
-        self.steps = steps
-        self.step_writes = step_writes
-        #: The job and line indexes, when targeted polling is on.
-        self.targeting = targeting
-        self.reads = reads
-        self.skew = skew
+    steps: AsyncCollection[Doc]
+    step_writes: Batcher
+    #: The job and line indexes, when targeted polling is on.
+    targeting: Targeting
+    reads: CausalReads
+    skew: SkewBound
 
     @transient_retry
     async def load_steps(self, run_id: str) -> list[StepRecord]:

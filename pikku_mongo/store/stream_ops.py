@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 from pymongo import ASCENDING, DESCENDING, IndexModel
@@ -78,23 +79,15 @@ def entry_from_doc(doc: Doc) -> StreamEntry:
     )
 
 
+@dataclass(eq=False, kw_only=True)
 class StreamOps:
     """The stream and heartbeat methods of :class:`~pikku_mongo.MongoStore`."""
 
-    def __init__(
-        self,
-        *,
-        streams: AsyncCollection[Doc],
-        heartbeats: AsyncCollection[Doc],
-        stream_writes: Batcher,
-        reads: CausalReads,
-        watch: bool,
-    ) -> None:
-        self.streams = streams
-        self.heartbeats = heartbeats
-        self.stream_writes = stream_writes
-        self.reads = reads
-        self._watch = watch
+    streams: AsyncCollection[Doc]
+    heartbeats: AsyncCollection[Doc]
+    stream_writes: Batcher
+    reads: CausalReads
+    watch: bool
 
     async def create_stream_indexes(self) -> None:
         """1 ``createIndexes`` (``run_id``: a run's streams, listed and deleted)."""
@@ -153,7 +146,7 @@ class StreamOps:
         """A change stream of the run's stream inserts; ends at once on a server without
         change streams (readers then poll)."""
         return (
-            _entry_inserts(self.streams, pack(check_str(run_id, "run id"))) if self._watch else None
+            _entry_inserts(self.streams, pack(check_str(run_id, "run id"))) if self.watch else None
         )
 
     @transient_retry

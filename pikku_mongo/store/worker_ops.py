@@ -14,6 +14,7 @@ it never does). Listing is 1 find of the collection (a fleet has few processes).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 from pymongo.asynchronous.collection import AsyncCollection
@@ -66,15 +67,14 @@ def worker_from_doc(doc: Doc) -> Worker:
     )
 
 
+@dataclass(eq=False)
 class WorkerOps:
     """The worker-registry methods of :class:`~pikku_mongo.MongoStore`."""
 
-    def __init__(
-        self, workers: AsyncCollection[Doc], *, clock_offset: Callable[[], float | None]
-    ) -> None:
-        self.workers = workers
-        #: This host's clock against the server's (seconds), as the store measured it.
-        self.clock_offset = clock_offset
+    workers: AsyncCollection[Doc]
+    _: KW_ONLY
+    #: This host's clock against the server's (seconds), as the store measured it.
+    clock_offset: Callable[[], float | None]
 
     @transient_retry
     async def put_worker(self, worker: Worker) -> None:
