@@ -322,7 +322,7 @@ class Store(Protocol):
 
     async def load_steps(self, run_id: str) -> list[StepRecord]:
         """Every step record of the run (merge its ``journal`` for the latest outcomes:
-        :func:`engine_core.journal.merged_steps`)."""
+        :func:`engine_core.common.journal.merged_steps`)."""
 
     async def load_steps_of(
         self, run_ids: Sequence[str], *, lean: bool = False

@@ -18,9 +18,9 @@ import time
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
+from engine_core.common.outages import Outages
+from engine_core.common.periodic import Periodic
 from engine_core.errors import WorkflowNotRegisteredError
-from engine_core.outages import Outages
-from engine_core.periodic import Periodic
 from engine_core.records import Worker, utcnow
 from engine_core.store import Store
 
@@ -56,6 +56,7 @@ class Registry:
         self._loop: Periodic | None = None
 
     def record(self) -> Worker:
+        """This process's record as it is now, stamped with its start and its expiry."""
         worker = self._describe()
         now = utcnow()
         worker.started_at = self._started_at
@@ -64,6 +65,7 @@ class Registry:
         return worker
 
     async def refresh(self) -> None:
+        """Write this process's record again (1 write)."""
         await self._store.put_worker(self.record())
 
     async def start(self) -> None:
@@ -81,6 +83,7 @@ class Registry:
         self._loop.start()
 
     async def stop(self) -> None:
+        """Stop refreshing and delete this process's record."""
         if self._loop is None:
             return
         await self._loop.stop()
@@ -130,6 +133,8 @@ class FleetView:
         self._read_at: float | None = None
 
     async def workers(self, *, fresh: bool = False) -> list[Worker]:
+        """The live workers, read again when the last read is older than ``VIEW_KEPT_S`` (or
+        ``fresh``)."""
         now = time.monotonic()
         if fresh or self._read_at is None or now - self._read_at > VIEW_KEPT_S:
             self._workers = await self._store.list_workers()

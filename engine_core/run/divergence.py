@@ -118,6 +118,7 @@ class Mismatch:
     reason: str
 
     def error(self) -> NonDeterminismError:
+        """The error the divergent pass suspends the run with."""
         return NonDeterminismError(
             f"step {self.step!r}: {self.reason}: recorded {self.recorded}, the code {self.found}",
             step=self.step,
@@ -169,6 +170,24 @@ class ReplayChecks:
         self.mismatch: Mismatch | None = None
         self._reached: set[str] = set()
         self._count = 0
+        self._scan(steps)
+        # The highest order this pass reached so far.
+        self._high = -1
+        #: Steps first started by this pass: their order and callable, for their record.
+        self._new: dict[str, tuple[int, str | None]] = {}
+        #: The batch of the root's each step this pass reached runs under (see
+        #: ``engine_core.run.branches``), for the record of the new ones.
+        self._groups: dict[str, int | None] = {}
+        #: Steps reached by adopted tasks in this pass (see ``note_place``).
+        self._loose: set[str] = set()
+        #: Where the branch that reached each step was made (see ``note_place``).
+        self._made_after: dict[str, str] = {}
+        #: ``ctx.patched`` answers given in this pass.
+        self.patches: dict[str, bool] = {}
+
+    def _scan(self, steps: dict[str, StepRecord]) -> None:
+        """What the pass begins with: the recorded steps of the body, finished or
+        waiting, their orders and the orders no record holds."""
         # Finished steps of the body not reached yet (with an order or not), and those
         # with an order, by order.
         self._unreached: set[str] = set()
@@ -198,19 +217,6 @@ class ReplayChecks:
         self._ordered = ordered
         self._at = 0
         self._next = top + 1
-        # The highest order this pass reached so far.
-        self._high = -1
-        #: Steps first started by this pass: their order and callable, for their record.
-        self._new: dict[str, tuple[int, str | None]] = {}
-        #: The batch of the root's each step this pass reached runs under (see
-        #: ``engine_core.run.branches``), for the record of the new ones.
-        self._groups: dict[str, int | None] = {}
-        #: Steps reached by adopted tasks in this pass (see ``note_place``).
-        self._loose: set[str] = set()
-        #: Where the branch that reached each step was made (see ``note_place``).
-        self._made_after: dict[str, str] = {}
-        #: ``ctx.patched`` answers given in this pass.
-        self.patches: dict[str, bool] = {}
 
     # ---- what a pass asks --------------------------------------------------------
 
@@ -224,29 +230,7 @@ class ReplayChecks:
         self._count += 1
         recorded = self._steps.get(key)
         if recorded is None:
-            if self._vacant and self._unreached and (vacant := self._fill_vacancy()) is not None:
-                self._high = max(self._high, vacant)
-                self._new[key] = (vacant, ran)
-                return None
-            if self._open:
-                # Started before a recorded wait that has not ended (the code may add a
-                # step there): no later than it, and no earlier than what this pass
-                # reached before it; equal orders compare as a set.
-                first_open = min(self._order(k) for k in self._open)
-                order = max(self._high, first_open)
-            else:
-                order = self._next
-                self._next += 1
-            self._high = max(self._high, order)
-            self._new[key] = (order, ran)
-            if self._unreached and self.enabled:
-                if self._by_branch is None:
-                    return self._judge_new(key, kind, ran)
-                if key in self._loose:
-                    return None  # an adopted task's: in no set order
-                if (missed := self._by_branch.skipped(key)) is not None:
-                    self._diverge(missed, describe(kind, ran), key, "new")
-            return None
+            return self._reach_new(key, kind, ran)
         self._reached.add(key)
         if self._by_branch is not None:
             self._by_branch.reached(key)
@@ -256,6 +240,48 @@ class ReplayChecks:
             self._high = recorded.order
         if not self.enabled:
             return None
+        self._check_what_ran(key, recorded, kind, ran)
+        if recorded.order is None:
+            return None
+        if self._by_branch is None:
+            if self._earlier_unreached(recorded.order):
+                return self._judge_swap(key, kind, ran, recorded.order)
+            return None
+        self._check_place(key, recorded)
+        if not (recorded.loose or key in self._loose):  # an adopted task's: no set order
+            if (missed := self._by_branch.swapped(key, recorded.order)) is not None:
+                self._diverge(missed, describe(kind, ran), key, "swapped")
+        return None
+
+    def _reach_new(self, key: str, kind: str, ran: str | None) -> Coroutine[Any, Any, None] | None:
+        """:meth:`reach` for a step with no record: its order, and whether the record
+        says something else should have come first."""
+        if self._vacant and self._unreached and (vacant := self._fill_vacancy()) is not None:
+            self._high = max(self._high, vacant)
+            self._new[key] = (vacant, ran)
+            return None
+        if self._open:
+            # Started before a recorded wait that has not ended (the code may add a
+            # step there): no later than it, and no earlier than what this pass
+            # reached before it; equal orders compare as a set.
+            first_open = min(self._order(k) for k in self._open)
+            order = max(self._high, first_open)
+        else:
+            order = self._next
+            self._next += 1
+        self._high = max(self._high, order)
+        self._new[key] = (order, ran)
+        if not self._unreached or not self.enabled:
+            return None
+        if self._by_branch is None:
+            return self._judge_new(key, kind, ran)
+        if key not in self._loose:  # an adopted task's: in no set order
+            if (missed := self._by_branch.skipped(key)) is not None:
+                self._diverge(missed, describe(kind, ran), key, "new")
+        return None
+
+    def _check_what_ran(self, key: str, recorded: StepRecord, kind: str, ran: str | None) -> None:
+        """A recorded step reached as another kind, or running another callable."""
         if recorded.kind != kind or (
             recorded.ran is not None and ran is not None and recorded.ran != ran
         ):
@@ -268,26 +294,20 @@ class ReplayChecks:
                     f"the step ran another {what} when it was recorded",
                 )
             )
-        if self._by_branch is not None and recorded.order is not None:
-            made_after = self._made_after.get(key)
-            if recorded.made_after != made_after:
-                self._fail(
-                    Mismatch(
-                        key,
-                        f"in a branch made {_made(recorded.made_after)}",
-                        f"reached it in a branch made {_made(made_after)}",
-                        "the step runs at another place of the body: it was moved "
-                        "before or after a call of the branch that makes its task",
-                    )
+
+    def _check_place(self, key: str, recorded: StepRecord) -> None:
+        """A recorded step reached in a branch made at another place of the body."""
+        made_after = self._made_after.get(key)
+        if recorded.made_after != made_after:
+            self._fail(
+                Mismatch(
+                    key,
+                    f"in a branch made {_made(recorded.made_after)}",
+                    f"reached it in a branch made {_made(made_after)}",
+                    "the step runs at another place of the body: it was moved "
+                    "before or after a call of the branch that makes its task",
                 )
-        if recorded.loose or key in self._loose:
-            return None  # reached, or recorded, by an adopted task: in no set order
-        if recorded.order is not None and self._by_branch is not None:
-            if (missed := self._by_branch.swapped(key, recorded.order)) is not None:
-                self._diverge(missed, describe(kind, ran), key, "swapped")
-        elif recorded.order is not None and self._earlier_unreached(recorded.order):
-            return self._judge_swap(key, kind, ran, recorded.order)
-        return None
+            )
 
     async def _judge_new(self, key: str, kind: str, ran: str | None) -> None:
         await self._wait_for_branches(lambda: bool(self._unreached))

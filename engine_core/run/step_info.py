@@ -69,5 +69,6 @@ def enter_step(
 
 
 def leave_step(tokens: tuple[Token[StepInfo | None], Token[StepHooks | None]]) -> None:
+    """Undo :func:`enter_step` with the tokens it returned."""
     _current_hooks.reset(tokens[1])
     _current_step.reset(tokens[0])

@@ -22,7 +22,7 @@ from pymongo import AsyncMongoClient, monitoring
 from engine_core import DuplicateRunError, Engine, WorkflowContext
 from engine_core.testing.builders import make_job, make_run
 from pikku_mongo import MongoStore
-from pikku_mongo.causal import OperationClock
+from pikku_mongo.wire.causal import OperationClock
 from tests.conftest import mongo_store
 from tests.support.proxy import Exchange, FaultProxy
 
