@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS: list[set[str]] = [
     {"errors", "records", "common.tasks", "tracing", "metrics"},
     {"streams"},
+    {"store.runs", "store.flow", "store.steps", "store.events", "store.streams", "store.fleet"},
     {
         "memory.cloning",
         "run.results",
@@ -115,6 +116,7 @@ LAYERS: list[set[str]] = [
 #: wings below it, never from one above.
 WINGS: list[str] = [
     "base",
+    "store",
     "common",
     "memory",
     "testing",
