@@ -177,11 +177,13 @@ class StepCases:
     async def test_lapsed_claim_is_taken_back_as_a_new_attempt(self, store: Store) -> None:
         """Lapsed claim is taken back as a new attempt."""
         await store.insert_step(make_job("r", "s"))
-        first = await claim_one(store, "fn", "dead", 0.05)
+        # Live for the two checks below: a shorter claim lapsed between them on a loaded
+        # machine (two round trips can take 50 ms).
+        first = await claim_one(store, "fn", "dead", 1.0)
         assert first is not None and first.attempts == 1
         assert await claim_one(store, "fn", "live", 30) is None
         assert await store.requeue_lapsed_claims() == 0  # still live
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(1.1)
         assert await store.requeue_lapsed_claims() == 1
         assert await store.requeue_lapsed_claims() == 0
         second = await claim_one(store, "fn", "live", 30)
