@@ -195,8 +195,8 @@ class StepRecord:
     # First started by a task the body's branch adopted (``adopting_tasks``): such
     # tasks reach their steps in no set order, so only its kind and callable are judged.
     loose: bool = False
-    # Where the branch it ran in was made: how many calls of its own each branch on the
-    # way down from the body had made when it made the next ("2", "2/0"; None for the
+    # Where the branch it ran in was made: how many steps of its own each branch on the
+    # way down from the body had reached when it made the next ("2", "2/0"; None for the
     # body's own steps). A replay that reaches the step elsewhere has moved it.
     made_after: str | None = None
     # A dispatched step of a fork that keeps its original's idempotency keys: the run
