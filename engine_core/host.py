@@ -17,6 +17,7 @@ from typing import Any
 import engine_core.metrics as metrics
 from engine_core.fleet.recovery import WorkflowRecovery
 from engine_core.fleet.registry import FleetView, Registry, describe
+from engine_core.fleet.schemas import input_schemas
 from engine_core.fleet.timers import Timers
 from engine_core.fleet.waiters import RunWaiters
 from engine_core.fleet.worker import Worker
@@ -86,6 +87,7 @@ class Host:
         self.registry: Registry | None = None
         self.fleet = FleetView(store)
         self._uncount_slots: Callable[[], None] = lambda: None
+        self._input_schemas: dict[str, dict[str, Any]] = {}
 
     # ---- lifecycle ---------------------------------------------------------------
 
@@ -93,6 +95,7 @@ class Host:
         """Initialise the store and start this process's worker and recovery."""
         await self.store.init()
         self._serving = True
+        self._input_schemas = input_schemas(self.workflows)  # the code does not change
         self.registry = Registry(self.store, self._outages, self._instance_id, self.describe)
         await self.registry.start()
         self._uncount_slots = metrics.count_slots(self.slots_used)
@@ -165,7 +168,9 @@ class Host:
             {name: queue_limits(limits) for name, limits in self.queues.items()},
             self._config.concurrency,
             self.slots_used(),
-            [v for v in self.versions.values() if v is not None],
+            self.versions,
+            pinned=self.pin_versions,
+            input_schemas=self._input_schemas,
         )
 
     # ---- the Runtime -------------------------------------------------------------

@@ -8,13 +8,15 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import engine_core.lifecycle_log as lifecycle_log
-from engine_core.convert import declared_parameter, from_json
+from engine_core.convert import declared_parameter
 from engine_core.durations import Duration
-from engine_core.errors import InvalidInputError, InvalidRunIdError
+from engine_core.errors import InvalidRunIdError
+from engine_core.fleet.schemas import check_input_schema
 from engine_core.flow.starts import hold_first_pass, new_run
 from engine_core.host import Host
 from engine_core.mirror import mirror_run
 from engine_core.records import RunRecord
+from engine_core.run.mismatch import read_input
 from engine_core.values import check_name, to_stored
 
 
@@ -34,18 +36,22 @@ async def start_run(
 ) -> str:
     """Start a run as :meth:`Engine.start <engine_core.Engine.start>` documents;
     ``call`` makes a store call that waits out an outage up to ``store_timeout``."""
-    host = host
     local = workflow in host.workflows
+    version = host.versions.get(workflow)
     if local:
         check_input(host.workflows[workflow], workflow, input)
     else:
-        # A client by name: some live worker must serve it.
+        # A client by name: some live worker must serve it. The run takes the version
+        # of the one that started last (so a pinned fleet drives it) and the input is
+        # checked against the schema it publishes.
         check_name(workflow, "workflow name")
         names = list(host.workflows)
-        await host.outages.call(
-            lambda: host.fleet.check_served(workflow, names),
-            timeout=host.config.store_timeout,
+        serving = await host.outages.call(
+            lambda: host.fleet.serving(workflow, names), timeout=host.config.store_timeout
         )
+        version = serving.workflow_versions.get(workflow)
+        stored = to_stored(input, f"input of workflow {workflow!r}")
+        check_input_schema(workflow, serving.input_schemas.get(workflow), stored)
     run = new_run(
         workflow,
         input,
@@ -59,7 +65,7 @@ async def start_run(
         delay=delay,
         deadline=deadline,
     )
-    run.version = host.versions.get(workflow)
+    run.version = version
     adopt = local and run.status == "running" and host.room_to_adopt() > 0
     if adopt:
         hold_first_pass(run, host.instance_id, host.config.lease_ttl)
@@ -110,15 +116,5 @@ async def record_for_fleet(
 def check_input(fn: Callable[..., Any], workflow: str, input: Any) -> None:
     """``input`` must fit the type ``fn`` declares for it: :class:`InvalidInputError`."""
     declared = declared_parameter(fn, 1)
-    if declared is None:
-        return
-    stored = to_stored(input, f"input of workflow {workflow!r}")
-    try:
-        from_json(stored, declared)
-    except (ValueError, TypeError) as exc:
-        listed: Any = getattr(exc, "errors", None)  # pydantic's ValidationError lists them
-        name = getattr(declared, "__name__", str(declared))
-        raise InvalidInputError(
-            f"input of workflow {workflow!r} does not fit {name}: {exc}",
-            errors=listed() if callable(listed) else None,
-        ) from exc
+    if declared is not None:
+        read_input(workflow, to_stored(input, f"input of workflow {workflow!r}"), declared)

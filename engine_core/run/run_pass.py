@@ -23,9 +23,10 @@ from engine_core.errors import NotSerializableError, StepFailedError, StoreUnava
 from engine_core.outages import StoreDown
 from engine_core.records import RunState, StepRecord, utcnow
 from engine_core.run.attempt import error_info
-from engine_core.run.context import ValueMismatch, WorkflowContext, as_declared
+from engine_core.run.context import WorkflowContext
 from engine_core.run.divergence import Mismatch
 from engine_core.run.keys import compensation_key
+from engine_core.run.mismatch import ValueMismatch, read_input
 from engine_core.run.pass_state import PassState
 from engine_core.run.signals import SIGNALS, Parked, Stopped
 from engine_core.run.streams import BodyStreams
@@ -63,8 +64,9 @@ class RunPass(PassState):
         output: Any = None
         try:
             with run_log_context(self.run.run_id, self.traceparent):
-                what = f"the input of workflow {self.run.workflow!r}"
-                data = as_declared(self.run.input, declared_parameter(fn, 1), what)
+                # An input its type refuses (from a client without the code, say)
+                # fails the run with InvalidInputError: no step of it has run.
+                data = read_input(self.run.workflow, self.run.input, declared_parameter(fn, 1))
                 with self.names.body():
                     output = await fn(WorkflowContext(self), data)
         except BaseException as exc:
@@ -176,7 +178,14 @@ class RunPass(PassState):
     async def _mismatch(self, failure: ValueMismatch) -> PassEnd:
         """A recorded value no longer fits the code: the run is suspended with the error,
         as a divergent one is; ``engine.resume`` after a fixed deploy replays it again."""
-        error = {**error_info(failure), "type": "NonDeterminismError"}
+        error = {
+            **error_info(failure),
+            "type": "NonDeterminismError",
+            "step": failure.step,
+            "recorded": failure.recorded,
+            "found": failure.found,
+            "reason": failure.REASON,
+        }
         lifecycle_log.pass_diverged(self.run, error.get("step"), error["message"])
         end = await self._end("suspended", None, error)
         if end == "terminal":
