@@ -11,22 +11,15 @@ records nothing. ``ctx.deprecate_patch(id)`` records nothing and accepts both.
 from __future__ import annotations
 
 from engine_core.records import StepRecord, utcnow
+from engine_core.run.keys import patch_key
 from engine_core.run.pass_state import PassState
 from engine_core.run.transitions import Transition
 from engine_core.values import check_name
-
-#: Markers are keyed apart from steps: a step's name has its ``:`` escaped in its key.
-PATCH_PREFIX = "patched:"
 
 
 def check_patch_id(patch_id: object) -> str:
     """A patch id is a non-empty string (else ``InvalidNameError``, a ``ValueError``)."""
     return check_name(patch_id, "patch id")
-
-
-def patch_key(patch_id: str) -> str:
-    """The key of the marker that patch ``patch_id`` leaves on a run."""
-    return PATCH_PREFIX + patch_id
 
 
 def has_marker(steps: dict[str, StepRecord], patch_id: str) -> bool:
