@@ -28,6 +28,7 @@ from engine_core.run.transitions import (
     job_ended,
     job_returned,
     job_unclaimed,
+    lost_message,
     write,
 )
 from engine_core.runtime import Runtime
@@ -211,11 +212,10 @@ class Worker:
         attempt = job.attempts
         if attempt > job.max_attempts:
             # Every attempt it was allowed was claimed and lost with its worker.
-            error = {
-                "type": "WorkerLost",
-                "message": f"step {job.key!r} lost its worker on each of its "
-                f"{job.max_attempts} attempt(s)",
-            }
+            message = lost_message(job.key, job.max_attempts, job.max_attempts)
+            if job.max_attempts > 1:
+                message = f"step {job.key!r} lost its worker on each of its attempts; {message}"
+            error = {"type": "WorkerLost", "message": message}
             await self._record(job, "failed", counted=attempt - 1, error=error)
             return
         if not checked:

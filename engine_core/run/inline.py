@@ -23,6 +23,7 @@ from engine_core.durations import (
     retry_delay_seconds,
 )
 from engine_core.errors import NotSerializableError, RecordTooLargeError, StepFailedError
+from engine_core.lifecycle_log import fields
 from engine_core.records import StepKind, utcnow
 from engine_core.run.attempt import error_info, run_attempt
 from engine_core.run.divergence import callable_name
@@ -32,7 +33,7 @@ from engine_core.run.signals import Parked, stored_failure
 from engine_core.run.step_info import StepInfo
 from engine_core.run.streams import AttemptStreams, previous_heartbeat
 from engine_core.run.threads import runs_in_thread
-from engine_core.run.transitions import attempt_ended, attempt_lost
+from engine_core.run.transitions import attempt_ended, attempt_lost, lost_message
 from engine_core.values import check_retries
 
 
@@ -98,11 +99,11 @@ async def _take_back_lost(p: PassState, key: str, kind: StepKind, extra: dict[st
     max_attempts = int(extra["max_attempts"])
     exhausted = lost.attempt >= max_attempts
     log.warning(
-        "run %s: step %r attempt %d was lost with its process%s",
+        "run %s: step %r: %s",
         p.run_id,
         key,
-        lost.attempt,
-        "; attempts exhausted" if exhausted else "; running it again",
+        lost_message(key, lost.attempt, max_attempts),
+        extra=fields(p.run_id, p.workflow, key, p.traceparent),
     )
     transition = attempt_lost(
         kind, key, lost.attempt, max_attempts, started_at=lost.started_at, extra=extra
