@@ -34,7 +34,7 @@ from engine_core.run.transitions import (
 from engine_core.runtime import Runtime
 from engine_core.store import Store
 from engine_core.tasks import abandon, cancel_and_wait, wait_event
-from engine_core.tracing import run_log_context
+from engine_core.tracing import current_workflow, run_log_context
 from engine_core.values import check_fits, idempotency_key
 
 log = logging.getLogger("engine_core")
@@ -216,8 +216,12 @@ class Worker:
             if job.max_attempts > 1:
                 message = f"step {job.key!r} lost its worker on each of its attempts; {message}"
             error = {"type": "WorkerLost", "message": message}
+            where = lifecycle_log.fields(job.run_id, None, job.key, job.traceparent)
+            log.warning("run %s: step %r: %s", job.run_id, job.key, message, extra=where)
             await self._record(job, "failed", counted=attempt - 1, error=error)
             return
+        # A job run for a pass of this process has its run's log context from there.
+        workflow = current_workflow(job.run_id)
         if not checked:
             # The claim cannot see the run: a job inserted while a cancel or suspend was
             # on its way may be claimable for a moment. Whatever started after a stop
@@ -232,6 +236,7 @@ class Worker:
                 await outages.call(lambda: write(self.store, job.run_id, job.key, back))
                 await outages.call(lambda: self.control.reconcile_halt(job.run_id))
                 return
+            workflow = run.workflow
         function = self.runtime.step_fn(job.function or "")
         assert function is not None, "claims only take jobs of registered step functions"
         attributes = {
@@ -267,9 +272,9 @@ class Worker:
                 renew,
                 self.runtime.config.lease_ttl,
                 f"the claim on step {job.key!r} of run {job.run_id}",
-                lifecycle_log.fields(job.run_id, None, job.key, job.traceparent),
+                lifecycle_log.fields(job.run_id, workflow, job.key, job.traceparent),
             ):
-                with run_log_context(job.run_id, job.traceparent):
+                with run_log_context(job.run_id, job.traceparent, workflow):
                     result = await run_attempt(
                         info,
                         lambda: function(from_json(job.payload, declared_parameter(function, 0))),
@@ -287,7 +292,7 @@ class Worker:
                 wait = retry_delay_seconds(job.retry_delay or 0, attempt, random.random())
                 lifecycle_log.attempt_will_retry(
                     job.run_id,
-                    None,
+                    workflow,
                     job.key,
                     job.traceparent,
                     attempt,

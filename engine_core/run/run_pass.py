@@ -53,7 +53,10 @@ class RunPass(PassState):
         """Replay the body once and record where the run stands ("unavailable": a store
         outage ended the pass; the driver gives it again once the store is back)."""
         try:
-            return await self._execute()
+            # Every line the pass's code logs (the body, its steps, its compensations)
+            # names the run, its trace and its workflow.
+            with run_log_context(self.run.run_id, self.traceparent, self.run.workflow):
+                return await self._execute()
         except (StoreDown, StoreUnavailableError):
             return "unavailable"
 
@@ -63,12 +66,11 @@ class RunPass(PassState):
         failure: BaseException | None = None
         output: Any = None
         try:
-            with run_log_context(self.run.run_id, self.traceparent):
-                # An input its type refuses (from a client without the code, say)
-                # fails the run with InvalidInputError: no step of it has run.
-                data = read_input(self.run.workflow, self.run.input, declared_parameter(fn, 1))
-                with self.names.body():
-                    output = await fn(WorkflowContext(self), data)
+            # An input its type refuses (from a client without the code, say) fails
+            # the run with InvalidInputError: no step of it has run.
+            data = read_input(self.run.workflow, self.run.input, declared_parameter(fn, 1))
+            with self.names.body():
+                output = await fn(WorkflowContext(self), data)
         except BaseException as exc:
             failure = exc
         await self.drain()
