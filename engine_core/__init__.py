@@ -38,6 +38,7 @@ from engine_core.run.step_info import StepInfo, current_step
 from engine_core.schedules.times import Schedule
 from engine_core.status import (
     Divergence,
+    ForkPlan,
     QueueStatus,
     ReplayReport,
     RunStatus,
@@ -55,6 +56,7 @@ __all__ = [
     "DuplicateRunError",
     "Engine",
     "EngineError",
+    "ForkPlan",
     "InvalidDurationError",
     "InvalidInputError",
     "InvalidLimitError",

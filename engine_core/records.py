@@ -37,6 +37,11 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+#: Patch markers are keyed apart from steps (a step's name has its ``:`` escaped in its
+#: key): ``patched:`` and the patch id.
+PATCH_PREFIX = "patched:"
+
+
 @dataclass
 class InflightStep:
     """A step attempt a pass has started and not yet recorded an outcome for."""

@@ -14,8 +14,9 @@ from engine_core.host import Host
 from engine_core.records import STOPPABLE, RunRecord, utcnow
 from engine_core.run.bulk import BulkReport, RunFilter, act_on_many
 from engine_core.run.control import RunControl
-from engine_core.run.fork import UNCHANGED, plan_fork
+from engine_core.run.fork import UNCHANGED, describe_fork, plan_fork
 from engine_core.starting import announce, check_input
+from engine_core.status import ForkPlan
 from engine_core.values import check_moment, check_name, check_run_id, to_stored
 
 _T = TypeVar("_T")
@@ -99,6 +100,21 @@ class RepairApi:
             return _made_by(existing, run_id)
         await announce(host, fork)
         return fork_id
+
+    async def fork_plan(self, run_id: str, *, from_step: str | None = None) -> ForkPlan:
+        """What :meth:`fork` with ``from_step`` would do, changing nothing: the step it
+        runs anew from, the steps it copies and those that run again (a step whose
+        compensation ran is never copied). Raises as :meth:`fork` does."""
+        check_run_id(run_id)
+        if from_step is not None:
+            check_name(from_step, "step key")
+
+        async def plan() -> ForkPlan:
+            run = await self._control.get(run_id)
+            stored = await self._host.store.load_steps(run_id)
+            return describe_fork(run, stored, from_step=from_step)
+
+        return await self._call(plan)
 
     async def list_forks(self, run_id: str) -> list[str]:
         """The ids of the runs forked from this run, oldest first (at most 10,000)."""

@@ -7,8 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from engine_core.journal import merged_steps
-from engine_core.records import ACTIVE, TERMINAL, RunRecord, StepRecord
-from engine_core.run.keys import PATCH_PREFIX
+from engine_core.records import ACTIVE, PATCH_PREFIX, TERMINAL, RunRecord, StepRecord
 from engine_core.tracing import trace_id_of
 
 
@@ -218,3 +217,18 @@ class ReplayReport:
 
     checked: int
     diverged: list[Divergence] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ForkPlan:
+    """What ``engine.fork(run_id, from_step=...)`` would make of the run: the step it
+    runs anew from, the steps it copies (their recorded results reused, never run
+    again) and the steps that run again, each by key in the order the run first
+    started them. ``compensated``: of those that run again before ``from_step``, the
+    ones whose compensation ran in the original (their effect was undone)."""
+
+    run_id: str
+    from_step: str
+    copied: list[str]
+    run_again: list[str]
+    compensated: list[str] = field(default_factory=list)

@@ -56,15 +56,6 @@ def _unescaped(key: str, i: int) -> bool:
     return n % 2 == 0
 
 
-#: Patch markers are keyed apart from steps: a step's name has its ``:`` escaped in its key.
-PATCH_PREFIX = "patched:"
-
-
-def patch_key(patch_id: str) -> str:
-    """The key of the marker that patch ``patch_id`` leaves on a run."""
-    return PATCH_PREFIX + patch_id
-
-
 def compensation_key(key: str) -> str:
     """The key of the step that undoes step ``key``."""
     return f"compensate:{key}"

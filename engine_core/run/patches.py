@@ -10,8 +10,7 @@ records nothing. ``ctx.deprecate_patch(id)`` records nothing and accepts both.
 
 from __future__ import annotations
 
-from engine_core.records import StepRecord, utcnow
-from engine_core.run.keys import patch_key
+from engine_core.records import PATCH_PREFIX, StepRecord, utcnow
 from engine_core.run.pass_state import PassState
 from engine_core.run.transitions import Transition
 from engine_core.values import check_name
@@ -20,6 +19,11 @@ from engine_core.values import check_name
 def check_patch_id(patch_id: object) -> str:
     """A patch id is a non-empty string (else ``InvalidNameError``, a ``ValueError``)."""
     return check_name(patch_id, "patch id")
+
+
+def patch_key(patch_id: str) -> str:
+    """The key of the marker that patch ``patch_id`` leaves on a run."""
+    return PATCH_PREFIX + patch_id
 
 
 def has_marker(steps: dict[str, StepRecord], patch_id: str) -> bool:
