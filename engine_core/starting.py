@@ -12,6 +12,7 @@ from engine_core.convert import declared_parameter
 from engine_core.durations import Duration
 from engine_core.errors import InvalidRunIdError
 from engine_core.fleet.schemas import check_input_schema
+from engine_core.flow.queue_figures import limits_of
 from engine_core.flow.starts import hold_first_pass, new_run
 from engine_core.host import Host
 from engine_core.mirror import mirror_run
@@ -52,12 +53,21 @@ async def start_run(
         version = serving.workflow_versions.get(workflow)
         stored = to_stored(input, f"input of workflow {workflow!r}")
         check_input_schema(workflow, serving.input_schemas.get(workflow), stored)
+    queues = host.queues
+    if isinstance(queue, str) and queue not in queues:
+        # Not declared here: a queue the fleet declared (its limits are stored, or a
+        # live worker declares it) takes the start all the same.
+        found = await host.outages.call(
+            lambda: host.fleet.queue_limits(queue), timeout=host.config.store_timeout
+        )
+        if found is not None:
+            queues = {**queues, queue: limits_of(queue, found)}
     run = new_run(
         workflow,
         input,
         run_id=run_id,
         started_by=host.instance_id,
-        queues=host.queues,
+        queues=queues,
         queue=queue,
         key=key,
         priority=priority,

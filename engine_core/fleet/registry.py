@@ -161,6 +161,8 @@ class FleetView:
         self._store = store
         self._workers: list[Worker] = []
         self._read_at: float | None = None
+        self._queues: dict[str, dict[str, Any]] = {}
+        self._queues_read_at: float | None = None
 
     async def workers(self, *, fresh: bool = False) -> list[Worker]:
         now = time.monotonic()
@@ -168,6 +170,22 @@ class FleetView:
             self._workers = await self._store.list_workers()
             self._read_at = time.monotonic()
         return self._workers
+
+    async def queue_limits(self, name: str) -> dict[str, Any] | None:
+        """The limits of queue ``name`` as the store keeps them (declared by some
+        process) or a live worker declares them; None when neither knows it (read
+        again once when the cached view does not have it)."""
+        for fresh in (False, True):
+            now = time.monotonic()
+            if fresh or self._queues_read_at is None or now - self._queues_read_at > VIEW_KEPT_S:
+                self._queues = await self._store.list_queue_limits()
+                self._queues_read_at = time.monotonic()
+            if name in self._queues:
+                return self._queues[name]
+            for worker in await self.workers(fresh=fresh):
+                if name in worker.queues:
+                    return worker.queues[name]
+        return None
 
     async def serving(self, workflow: str, local: Sequence[str]) -> Worker:
         """The live worker a client's start of ``workflow`` by name follows (its version
