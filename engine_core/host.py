@@ -71,6 +71,7 @@ class Host:
             store,
             local=lambda run_id: self.driver.driving(run_id),
             store_timeout=config.store_timeout,
+            outages=self._outages,
         )
         self._serving = False
         self._closing = False

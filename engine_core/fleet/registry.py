@@ -65,7 +65,9 @@ class Registry:
         return worker
 
     async def refresh(self) -> None:
-        await self._store.put_worker(self.record())
+        # A small write every few seconds: one with no answer means the store is away
+        # (a killed or frozen server raises nothing for a while), logged as an outage.
+        await self._outages.watch(self._store.put_worker(self.record()))
 
     async def start(self) -> None:
         """Write the record now (so a client sees this worker as soon as it serves),

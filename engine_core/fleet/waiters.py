@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 
 from engine_core.errors import RunNotFoundError, StoreUnavailableError
+from engine_core.outages import Outages
 from engine_core.records import TERMINAL, RunRecord
 from engine_core.store import Store
 from engine_core.tasks import wait_event
@@ -35,10 +36,16 @@ class RunWaiters:
     """Futures for runs to end, keyed by run id."""
 
     def __init__(
-        self, store: Store, local: Callable[[str], bool], store_timeout: float = 30.0
+        self,
+        store: Store,
+        local: Callable[[str], bool],
+        store_timeout: float = 30.0,
+        outages: Outages | None = None,
     ) -> None:
         self.store = store
         self.store_timeout = store_timeout
+        #: Where an outage the reads meet is logged (once, with the process's others).
+        self._outages = outages or Outages()
         # Runs this process is driving: their end here wakes their waiters, so the
         # shared query leaves them out.
         self._local = local
@@ -100,11 +107,13 @@ class RunWaiters:
             began = time.monotonic()
             try:
                 async with asyncio.timeout(self.store_timeout):
-                    ended = await self._read(new)
+                    ended = await self._outages.watch(self._read(new))
                 self._failing_since = None
             except Exception as exc:
                 # An outage is logged once by the engine's outage lines, not per poll.
                 quiet = isinstance(exc, StoreUnavailableError | TimeoutError)
+                if quiet:
+                    self._outages.failed(exc)
                 level = logging.DEBUG if quiet else logging.WARNING
                 log.log(level, "could not read the runs being waited for: %s", exc)
                 ended = []
