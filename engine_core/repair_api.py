@@ -194,12 +194,19 @@ class RepairApi:
         self,
         *,
         workflow: str | None = None,
+        status: str | None = None,
         created_since: datetime | None = None,
         created_before: datetime | None = None,
         error_type: str | None = None,
         dry_run: bool = False,
     ) -> BulkReport:
-        """:meth:`retry` every ``failed`` run the filter matches (as :meth:`fork_many`)."""
+        """:meth:`retry` every ``failed`` run the filter matches (as :meth:`fork_many`;
+        ``status``, when given, must be ``"failed"``: only a failed run can be retried)."""
+        if status is not None and status != "failed":
+            raise ValueError(
+                f"a {status} run cannot be retried: retry_many takes failed runs "
+                "(pass status='failed', or no status)"
+            )
         where = _filter(workflow, "failed", created_since, created_before, error_type)
 
         async def act(run: RunRecord) -> str | None:
