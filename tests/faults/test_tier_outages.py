@@ -2,7 +2,7 @@
 workflow code) starting runs, and worker processes driving them, while the server is
 killed or frozen. A start that gives up says which run id it may have recorded, so a
 retry with that id never makes a second run; every worker logs the outage when it
-begins and when it ends (DESIGN 3f)."""
+begins and when it ends (docs/guides/observability.md)."""
 
 from __future__ import annotations
 
