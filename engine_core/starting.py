@@ -62,8 +62,27 @@ async def start_run(
             f"run_id={run_id!r}, it starts at most once)",
             run_id=run_id,
         ) from exc
+    existing = await _insert(host, call, run)
+    if existing is not None and existing.wire.get("traceparent") != run.wire["traceparent"]:
+        if existing.workflow != workflow:
+            raise InvalidRunIdError(
+                f"run id {run_id!r} already belongs to a run of workflow "
+                f"{existing.workflow!r}, not {workflow!r}; choose another id"
+            )
+        return run_id
+    # Recorded now, or by an earlier try of this call whose reply was lost.
+    await announce(host, run, adopt=adopt)
+    return run_id
+
+
+async def _insert(
+    host: Host, call: Callable[[Callable[[], Awaitable[Any]]], Awaitable[Any]], run: RunRecord
+) -> RunRecord | None:
+    """Insert ``run``: None, or the run that holds its id (this call's own, when an
+    earlier try landed and its reply was lost)."""
+    run_id = run.run_id
     try:
-        existing = await call(lambda: host.store.insert_run(run))
+        existing: RunRecord | None = await call(lambda: host.store.insert_run(run))
     except DuplicateRunError as exc:
         if exc.run_id != run_id:
             raise
@@ -76,16 +95,7 @@ async def start_run(
             "it, once",
             run_id=run_id,
         ) from exc
-    if existing is not None and existing.wire.get("traceparent") != run.wire["traceparent"]:
-        if existing.workflow != workflow:
-            raise InvalidRunIdError(
-                f"run id {run_id!r} already belongs to a run of workflow "
-                f"{existing.workflow!r}, not {workflow!r}; choose another id"
-            )
-        return run_id
-    # Recorded now, or by an earlier try of this call whose reply was lost.
-    await announce(host, run, adopt=adopt)
-    return run_id
+    return existing
 
 
 async def _planned(

@@ -81,18 +81,7 @@ def _check(
         if schema is False:
             _problem(problems, loc, "no value is allowed here", "forbidden")
         return
-    if isinstance(ref := schema.get("$ref"), str):
-        _check(_resolve(ref, root), value, loc, root, problems)
-    for part in schema.get("allOf", ()):
-        _check(part, value, loc, root, problems)
-    for key in ("anyOf", "oneOf"):  # oneOf judged as anyOf: lenient
-        options = schema.get(key)
-        if (
-            isinstance(options, list)
-            and options
-            and not any(_fits(option, value, loc, root) for option in options)
-        ):
-            _problem(problems, loc, "fits none of the allowed forms", "union")
+    _check_combined(schema, value, loc, root, problems)
     if "enum" in schema and not _among(value, schema["enum"]):
         _problem(problems, loc, f"must be one of {schema['enum']!r:.200}", "enum")
     if "const" in schema and not _among(value, [schema["const"]]):
@@ -111,6 +100,26 @@ def _check(
         _check_string(schema, value, loc, problems)
     elif isinstance(value, int | float) and not isinstance(value, bool):
         _check_number(schema, value, loc, problems)
+
+
+def _check_combined(
+    schema: dict[str, Any],
+    value: Any,
+    loc: tuple[Any, ...],
+    root: dict[str, Any],
+    problems: list[dict[str, Any]],
+) -> None:
+    """``$ref``, ``allOf``, and ``anyOf``/``oneOf`` (judged as ``anyOf``: lenient)."""
+    if isinstance(ref := schema.get("$ref"), str):
+        _check(_resolve(ref, root), value, loc, root, problems)
+    for part in schema.get("allOf", ()):
+        _check(part, value, loc, root, problems)
+    for key in ("anyOf", "oneOf"):
+        options = schema.get(key)
+        if not isinstance(options, list) or not options:
+            continue
+        if not any(_fits(option, value, loc, root) for option in options):
+            _problem(problems, loc, "fits none of the allowed forms", "union")
 
 
 def _fits(schema: Any, value: Any, loc: tuple[Any, ...], root: dict[str, Any]) -> bool:
