@@ -59,6 +59,9 @@ class Sizes:
     profile_runs: int = 100
     q1_depth: int = 10_000
     q1_limits: tuple[int | None, ...] = (None, 100)
+    #: A1: runs of an agent making this many tool-calling model requests, then a text.
+    a1_runs: int = 20
+    a1_turns: int = 10
 
     @property
     def w5_total(self) -> int:
@@ -78,6 +81,7 @@ QUICK = Sizes(
     raw_ops=500,
     profile_runs=20,
     q1_depth=2_000,
+    a1_runs=5,
 )
 
 

@@ -36,6 +36,13 @@ def w6_capped(s: Summary) -> bool:
     return s.extra.get("capped", 0.0) > 0
 
 
+def _two(s: Summary | None, first: str, second: str) -> str:
+    """Two of a summary's extra figures, as "first (second)"; "n/a" without one."""
+    if s is None:
+        return "n/a"
+    return f"{num(s.extra.get(first, 0))} ({num(s.extra.get(second, 0))})"
+
+
 def _rows(r: Results) -> list[Row]:
     z = r.sizes
     rows: list[Row] = []
@@ -180,14 +187,9 @@ def _rows(r: Results) -> list[Row]:
         )
 
     # S1: a schedule's fire to its run.
-    fire_cells = []
-    for system in ("memory", "mongo"):
-        s1 = r.get("S1", system)
-        fire_cells.append(
-            "n/a"
-            if s1 is None
-            else f"{num(s1.extra.get('median_ms', 0))} ({num(s1.extra.get('max_ms', 0))})"
-        )
+    fire_cells = [
+        _two(r.get("S1", system), "median_ms", "max_ms") for system in ("memory", "mongo")
+    ]
     if any(cell != "n/a" for cell in fire_cells):
         rows.append(
             (
@@ -243,6 +245,32 @@ def _rows(r: Results) -> list[Row]:
         t1 = r.get("T1", "mongo", variant)
         if t1 is not None:
             rows.append((title, unit, "—", render(t1), "—", "—", "—", "—"))
+
+    # A1: a durable agent against plain steps.
+    a1_cells = [
+        _two(r.get("A1", system), "extra_cpu_ms", "cpu_ms") for system in ("memory", "mongo")
+    ]
+    a1_mongo = r.get("A1", "mongo")
+    a1_cmds = (
+        "n/a"
+        if a1_mongo is None
+        else f"{num(a1_mongo.extra.get('commands_per_step', 0))} "
+        f"({num(a1_mongo.extra.get('extra_commands_per_step', 0))} beyond)"
+    )
+    if any(cell != "n/a" for cell in a1_cells):
+        rows.append(
+            (
+                f"A1: a durable agent, {z.a1_runs} runs {X} {2 * z.a1_turns + 1} model "
+                "requests and tool calls, against as many plain ctx.step steps",
+                "CPU ms per step beyond a plain step (all in)",
+                a1_cells[0],
+                a1_cells[1],
+                "—",
+                "—",
+                "—",
+                a1_cmds,
+            )
+        )
 
     # W6: recovery passes over parked runs.
     titles = {

@@ -46,7 +46,7 @@ from benchmarks.report import save
 from benchmarks.report_markdown import full_markdown
 from benchmarks.results import Results
 
-WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6", "S1", "Q1", "T1")
+WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6", "S1", "Q1", "T1", "A1")
 SYSTEMS = ("memory", "mongo", "dbos")
 DBOS_WORKLOADS = ("W1", "W2", "W3", "W4")
 
@@ -216,12 +216,18 @@ class Suite:
         if reps:
             self.results.summaries.append(summarise(workload, "dbos", "", reps))
 
+    def ours(self) -> list[tuple[StoreKind, str | None]]:
+        """Our stores to measure: in memory, and on MongoDB when there is a server."""
+        both: tuple[StoreKind, ...] = ("memory", "mongo")
+        return [
+            (kind, self.uri if kind == "mongo" else None)
+            for kind in both
+            if kind in self.systems and (kind == "memory" or self.uri is not None)
+        ]
+
     async def w5(self) -> None:
         z = self.z
-        for kind in ("memory", "mongo"):
-            if kind not in self.systems or (kind == "mongo" and self.uri is None):
-                continue
-            uri = self.uri if kind == "mongo" else None
+        for kind, uri in self.ours():
             await self.measure(
                 "W5",
                 kind,
@@ -318,6 +324,22 @@ class Suite:
         if "mongo" in self.systems and self.uri is not None:
             await measure_all(self.uri, self.progress, self._failed, self.results.summaries)
 
+    async def a1(self) -> None:
+        """A durable pydantic-ai agent against plain steps (:mod:`benchmarks.agents`)."""
+        if importlib.util.find_spec("pydantic_ai") is None:
+            self._failed("A1", RuntimeError("pydantic-ai is not installed: pip install '.[ai]'"))
+            return
+        from benchmarks.agents import agent_steps
+
+        z = self.z
+        for kind, uri in self.ours():
+            await self.measure(
+                "A1",
+                kind,
+                "",
+                lambda k=kind, u=uri: agent_steps(k, u, z.a1_runs, z.a1_turns),  # type: ignore[misc]
+            )
+
     async def profile_w1(self) -> None:
         from benchmarks.profile_w1 import profile_w1, summary_markdown
 
@@ -361,6 +383,8 @@ class Suite:
                 await self.q1()
             elif workload == "T1":
                 await self.t1()
+            elif workload == "A1":
+                await self.a1()
         self.results.runtime_s = time.perf_counter() - began
         return self.results
 

@@ -56,7 +56,7 @@ LAYERS: list[set[str]] = [
         "flow.starts",
         "fleet.registry",
     },
-    {"testing.builders", "run.reentry", "run.streams", "run.signals"},
+    {"testing.builders", "run.reentry", "run.streams", "run.signals", "run.body_hooks"},
     {
         "run.attempt",
         "run.control",
@@ -90,6 +90,10 @@ LAYERS: list[set[str]] = [
     },
     {"schedules.control", "schedules.declared"},
     {"run", "fleet", "flow", "schedules"},
+    {"pydantic_ai.events"},
+    {"pydantic_ai.units"},
+    {"pydantic_ai.durability"},
+    {"pydantic_ai"},
     {"host"},
     {"starting"},
     {"schedule_api", "repair_api"},
@@ -100,7 +104,17 @@ LAYERS: list[set[str]] = [
 #: engine_core's wings, lowest first: the modules at the top of the package that every
 #: wing shares ("core"), the wings, then what faces the user ("front"). A module may
 #: import from its own wing and the wings below it, never from one above.
-WINGS: list[str] = ["core", "memory", "testing", "run", "fleet", "flow", "schedules", "front"]
+WINGS: list[str] = [
+    "core",
+    "memory",
+    "testing",
+    "run",
+    "fleet",
+    "flow",
+    "schedules",
+    "pydantic_ai",
+    "front",
+]
 FRONT = {"host", "starting", "schedule_api", "repair_api", "engine", "__init__"}
 
 
@@ -237,6 +251,25 @@ def test_engine_core_knows_nothing_of_mongodb() -> None:
                 for name in names:
                     top = name.split(".")[0]
                     assert top not in {"pymongo", "bson", "motor", "pikku_mongo"}, path
+
+
+def test_only_the_pydantic_ai_package_imports_the_ai_extra() -> None:
+    # ``import engine_core`` works without pikku-mongo[ai]: pydantic-ai is imported only
+    # by engine_core.pydantic_ai, which nothing else in engine_core imports.
+    outside = []
+    for path in (ROOT / "engine_core").rglob("*.py"):
+        if "pydantic_ai" in path.relative_to(ROOT / "engine_core").parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                names = (
+                    [a.name for a in node.names]
+                    if isinstance(node, ast.Import)
+                    else [node.module or ""]
+                )
+                if any(n.split(".")[0] == "pydantic_ai" or "pydantic_ai" in n for n in names):
+                    outside.append(str(path.relative_to(ROOT)))
+    assert outside == []
 
 
 def test_the_public_surface_of_engine_core() -> None:

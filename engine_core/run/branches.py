@@ -23,6 +23,12 @@ came from, and if such a task and another task reach steps of the same name in o
 pass, the engine cannot tell the calls apart: the pass diverges, asking for distinct
 names (:class:`Ambiguous`).
 
+Code that creates tasks in numbers that depend on timing (a library's helper tasks,
+such as pydantic-ai's waiters around parallel tool calls) runs under
+:func:`adopting_tasks`: the tasks it creates take no place among the branch's, so the
+branches created after it keep their names, and their calls count with the branch itself,
+as one direct call's do. Their names must tell their calls apart.
+
 The tasks a branch creates together (none of its earlier ones still running, no call of
 its own in between) form a *batch*. A step records the batch of the root's that it runs
 under (``StepRecord.group``): a fork from a step runs its whole batch again, since its
@@ -33,15 +39,20 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 from engine_core.run.keys import step_key
 
 #: The branch of the body the current task runs (set in each task the factory names).
 _BRANCH: contextvars.ContextVar[Branch | None] = contextvars.ContextVar(
     "engine_core_branch", default=None
+)
+#: Set while the running code's new tasks are adopted (see :func:`adopting_tasks`).
+_ADOPTING: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "engine_core_adopting", default=False
 )
 #: The code object of the coroutines that calls on the context run as (see
 #: ``engine_core.run.context``): a task running one of them is a "direct" call.
@@ -85,6 +96,7 @@ class Branch:
         "path",
         "root",
         "task",
+        "tasks",
     )
 
     def __init__(
@@ -119,6 +131,11 @@ class Branch:
         self._first: dict[str, asyncio.Task[Any] | None] = {}
         self._shared: set[str] = set()
         self._unnamed: set[str] = set()
+        #: In the root: the branch of each running task the factory named. A task's
+        #: context may come to hold another task's branch: code may copy context
+        #: variables from task to task (pydantic-ai copies those of the task running its
+        #: ``wrap_run`` hooks into the task running the agent).
+        self.tasks: dict[asyncio.Task[Any], Branch] = {}
 
     # ---- creating tasks ----------------------------------------------------------
 
@@ -151,6 +168,11 @@ class Branch:
 
         return made, done
 
+    def adopted(self) -> Branch:
+        """The branch of a task this one creates under :func:`adopting_tasks`: not
+        numbered among its own, its calls counting with this branch."""
+        return Branch(self.path, group=self.group, root=self.root, names=self.names)
+
     # ---- calls ---------------------------------------------------------------------
 
     def end_call(self) -> None:
@@ -173,17 +195,49 @@ class Branch:
         return seen
 
 
+def _running(task: asyncio.Task[Any] | None) -> Branch | None:
+    """The branch the running code belongs to: its task's own, else the one its context
+    holds (a task the factory did not name inherits its creator's)."""
+    branch = _BRANCH.get()
+    if branch is None or task is None or branch.task is task or branch.task is None:
+        return branch
+    root = branch.root
+    if root.task is task:
+        return root
+    return root.tasks.get(task, branch)
+
+
 def here(root: Branch) -> tuple[Branch, asyncio.Task[Any] | None, bool]:
     """The branch of ``root``'s tree the running task belongs to, the task, and whether
     the task is that branch's own (False: it escaped the factory and only inherited
     the branch it came from)."""
     task = asyncio.current_task()
-    branch = _BRANCH.get()
+    branch = _running(task)
     if branch is None or branch.root is not root:
         return root, task, task is root.task
     if branch.task is None:
         branch.task = task  # made by an eager factory: it runs before it is known
     return branch, task, branch.task is task
+
+
+def branch_path() -> str:
+    """The path of the branch whose ordinals the running task's calls take ("" for the
+    body itself, and outside a body): the same on every pass."""
+    branch = _running(asyncio.current_task())
+    return "" if branch is None else branch.names.path
+
+
+@contextmanager
+def adopting_tasks() -> Iterator[None]:
+    """Around code that creates tasks in numbers that may differ from pass to pass but
+    whose calls on the context have names that tell them apart: the tasks it creates
+    (and theirs) are not numbered among the running branch's, and their calls take their
+    ordinals and their key's branch from it. (Outside a workflow body: no effect.)"""
+    token = _ADOPTING.set(True)
+    try:
+        yield
+    finally:
+        _ADOPTING.reset(token)
 
 
 class StepNames:
@@ -280,18 +334,28 @@ class _Factory:
     def __call__(
         self, loop: asyncio.AbstractEventLoop, coro: Any, **options: Any
     ) -> asyncio.Future[Any]:
-        branch = _BRANCH.get()
-        if branch is None or not branch.creates_here(asyncio.current_task(loop)):
+        creator = asyncio.current_task(loop)
+        branch = _running(creator)
+        if branch is None or not branch.creates_here(creator):
             return self._make(loop, coro, options)
-        child, done = branch.child(getattr(coro, "cr_code", None) in _CALL_CODES)
+        done: Callable[[object], None] | None = None
+        if _ADOPTING.get():
+            child = branch.adopted()
+        else:
+            child, done = branch.child(getattr(coro, "cr_code", None) in _CALL_CODES)
         given = options.get("context")
         context = given.copy() if given is not None else contextvars.copy_context()
         context.run(_BRANCH.set, child)
         options["context"] = context
         task = self._make(loop, coro, options)
-        if child.task is None and isinstance(task, asyncio.Task):
-            child.task = task
-        task.add_done_callback(done)
+        if isinstance(task, asyncio.Task):
+            tasks = branch.root.tasks
+            tasks[task] = child
+            task.add_done_callback(functools.partial(_forget, tasks))
+            if child.task is None:
+                child.task = task
+        if done is not None:
+            task.add_done_callback(done)
         return task
 
     def _make(
@@ -301,6 +365,10 @@ class _Factory:
             made: asyncio.Future[Any] = self.inner(loop, coro, **options)
             return made
         return asyncio.Task(coro, loop=loop, **options)
+
+
+def _forget(tasks: dict[asyncio.Task[Any], Branch], task: asyncio.Future[Any]) -> None:
+    tasks.pop(cast("asyncio.Task[Any]", task), None)
 
 
 def install(loop: asyncio.AbstractEventLoop) -> None:

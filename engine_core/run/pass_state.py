@@ -41,6 +41,7 @@ from engine_core.journal import (
 )
 from engine_core.mirror import mirror_step
 from engine_core.records import RunRecord, RunState, StepRecord, utcnow
+from engine_core.run.body_hooks import OUTCOME_HOLD
 from engine_core.run.branches import Ambiguous, StepNames
 from engine_core.run.control import RunControl
 from engine_core.run.divergence import Diverged, ReplayChecks
@@ -249,9 +250,15 @@ class PassState:
         self._done.add(key)
         if not self._carry_armed:
             # If the body goes on to its next step now, that write carries the outcome;
-            # if it awaits something else first, this writes it as soon as it yields.
+            # if it awaits something else first, this writes it as soon as it yields
+            # (or once the hold of ``holding_outcomes`` is over).
             self._carry_armed = True
-            asyncio.get_running_loop().call_soon(self._carry_soon)
+            hold = OUTCOME_HOLD.get()
+            loop = asyncio.get_running_loop()
+            if hold:
+                loop.call_later(hold, self._carry_soon)
+            else:
+                loop.call_soon(self._carry_soon)
 
     def adopt(self, step: StepRecord, *, handed: bool = False) -> None:
         """A step settled by a write of its own (a child run's end, or a job run here

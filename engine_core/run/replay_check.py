@@ -19,6 +19,7 @@ from engine_core.convert import declared_parameter
 from engine_core.durations import Duration
 from engine_core.journal import merged
 from engine_core.records import RunRecord, StepRecord
+from engine_core.run.body_hooks import running_body
 from engine_core.run.branches import Ambiguous, StepNames
 from engine_core.run.context import WorkflowContext
 from engine_core.run.divergence import Diverged, ReplayChecks, callable_name
@@ -124,8 +125,9 @@ class DryReplay:
                 data = as_declared(
                     self.run.input, declared_parameter(body, 1), what, step=INPUT_STEP
                 )
-                with self.names.body():
-                    await body(WorkflowContext(self), data)
+                ctx = WorkflowContext(self)
+                with self.names.body(), running_body(ctx):
+                    await body(ctx, data)
         except ValueMismatch as exc:  # a recorded value the code's types no longer take
             return Divergence(self.run_id, exc.step, exc.recorded, exc.found, exc.REASON)
         except (Diverged, _EndOfRecord, Exception):

@@ -23,6 +23,7 @@ from engine_core.errors import NotSerializableError, StepFailedError, StoreUnava
 from engine_core.outages import StoreDown
 from engine_core.records import RunState, StepRecord, utcnow
 from engine_core.run.attempt import error_info
+from engine_core.run.body_hooks import running_body
 from engine_core.run.context import WorkflowContext
 from engine_core.run.divergence import Mismatch
 from engine_core.run.keys import compensation_key
@@ -69,8 +70,9 @@ class RunPass(PassState):
             # An input its type refuses (from a client without the code, say) fails
             # the run with InvalidInputError: no step of it has run.
             data = read_input(self.run.workflow, self.run.input, declared_parameter(fn, 1))
-            with self.names.body():
-                output = await fn(WorkflowContext(self), data)
+            ctx = WorkflowContext(self)
+            with self.names.body(), running_body(ctx):
+                output = await fn(ctx, data)
         except BaseException as exc:
             failure = exc
         await self.drain()
