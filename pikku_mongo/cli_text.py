@@ -57,12 +57,19 @@ def _error_text(error: dict[str, Any] | None) -> str:
     return f"{error.get('type', 'Error')}: {error.get('message', '')}"
 
 
-def _show_run(status: RunStatus, history: list[Any], forks: list[str] | None = None) -> str:
+def _show_run(
+    status: RunStatus,
+    history: list[Any],
+    forks: list[str] | None = None,
+    undriven: str | None = None,
+) -> str:
+    """``runs show``: ``undriven`` says why no live worker will drive the run, if so."""
     lines = [
         f"run       {status.run_id}",
         f"workflow  {status.workflow}",
         f"status    {status.status}",
         *([f"version   {status.version}"] if status.version is not None else []),
+        *([f"stranded  no live worker will drive this run: {undriven}"] if undriven else []),
         f"created   {_time(status.created_at)}",
         f"updated   {_time(status.updated_at)}",
     ]
@@ -73,6 +80,8 @@ def _show_run(status: RunStatus, history: list[Any], forks: list[str] | None = N
         lines.append(f"forked    from {origin['run_id']} at step {origin['step'] or '-'}")
     if forks:
         lines.append(f"forks     {', '.join(forks)}")
+    if status.patches:
+        lines.append(f"patches   {', '.join(status.patches)}")
     if status.queue:
         lines.append(f"queue     {_queue_text(status)}")
     if status.not_before:
@@ -129,13 +138,14 @@ def _limit(value: int | str | None) -> str:
 async def _workers(engine: Engine) -> tuple[Any, str]:
     """``pikku-mongo workers list``: the serving engines, as each last recorded itself."""
     workers = await engine.list_workers()
-    headers = ["instance", "host", "pid", "workflows", "step functions", "queues", "slots"]
-    headers += ["started", "last seen"]
+    headers = ["instance", "host", "pid", "versions", "workflows", "step functions", "queues"]
+    headers += ["slots", "started", "last seen"]
     rows = [
         [
             w.instance_id[:12],
             w.host,
             str(w.pid),
+            _short(", ".join(w.versions) or "-") + (" (pinned)" if w.pinned else ""),
             _short(", ".join(w.workflows) or "-"),
             _short(", ".join(w.step_functions) or "-"),
             _short(", ".join(w.queues) or "-"),
