@@ -12,10 +12,12 @@ import re
 import time
 from collections.abc import AsyncIterator, Callable
 
+import httpx
 import pytest
 
 from engine_core import Engine, StoreUnavailableError
 from pikku_mongo import MongoStore
+from tests.dashboard.conftest import ui_server
 from tests.faults.conftest import LEASE_TTL, MAX_CLOCK_SKEW
 from tests.faults.workload import mixed_output
 from tests.support.fleet import Fleet
@@ -101,3 +103,25 @@ async def test_every_worker_logs_an_outage_when_it_begins_and_when_it_ends(
         ended = re.findall(r"the store is back after [^\n]*", text)
         assert len(began) >= 1 and len(ended) >= 1, f"worker {i} said nothing:\n{text[-3000:]}"
         assert len(began) == len(ended), text[-3000:]
+
+
+@pytest.mark.parametrize("how", ["kill", "freeze"])
+def test_the_ui_answers_within_10_s_in_an_outage_with_a_503_page(
+    fault_uri: str, fault_server: Server, how: str
+) -> None:
+    """``pikku-mongo ui`` with its server gone: ``/runs`` answers within the CLI's 10 s,
+    with a 503 page saying the database cannot be reached; once it is back, the page
+    works again."""
+    with ui_server(fault_uri) as base:
+        assert httpx.get(f"{base}/runs", timeout=10).status_code == 200
+        back = _down(fault_server, how)
+        try:
+            page = httpx.get(f"{base}/runs", timeout=10)
+        finally:
+            back()
+        assert page.status_code == 503, page.text
+        assert "cannot be reached" in page.text
+        deadline = time.monotonic() + 30
+        while (again := httpx.get(f"{base}/runs", timeout=10)).status_code != 200:
+            assert time.monotonic() < deadline, again.text
+            time.sleep(0.5)
