@@ -56,6 +56,10 @@ class Strict(pydantic.BaseModel):
     weight: float
 
 
+async def echo(ctx: WorkflowContext, data: Any) -> Any:
+    return data
+
+
 def serve_order(engine: Engine, version: str | None = None) -> None:
     @engine.workflow("order", version=version)
     async def order(ctx: WorkflowContext, data: Order) -> str:
@@ -118,11 +122,7 @@ async def test_workers_publish_input_schemas_and_a_client_refuses_what_does_not_
 ) -> None:
     worker, tier = make_engine(), make_engine()
     serve_order(worker)
-
-    @worker.workflow("untyped")
-    async def untyped(ctx: WorkflowContext, data: Any) -> Any:
-        return data
-
+    worker.workflow("untyped")(echo)  # declares no input type: no schema
     async with worker:
         (listed,) = await tier.list_workers()
         assert set(listed.input_schemas) == {"order"}  # "untyped" declares nothing

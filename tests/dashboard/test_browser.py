@@ -100,10 +100,13 @@ async def test_the_dashboard_in_chromium(nx_uri: str, tmp_path: Path) -> None:
         await store.close()
 
 
-async def drive(page: Page, base: str, engine: Engine, ids: dict[str, str], shots: Path) -> None:
+def watch(page: Page, *, console: bool = True) -> tuple[list[str], list[str]]:
+    """The page's script errors (and console errors) as they come, and the messages of
+    the dialogs it opens, each accepted."""
     problems: list[str] = []
     page.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))
-    page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+    if console:
+        page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
     dialogs: list[str] = []
 
     async def accept(dialog: object) -> None:
@@ -111,6 +114,11 @@ async def drive(page: Page, base: str, engine: Engine, ids: dict[str, str], shot
         await dialog.accept()  # type: ignore[attr-defined]
 
     page.on("dialog", accept)
+    return problems, dialogs
+
+
+async def drive(page: Page, base: str, engine: Engine, ids: dict[str, str], shots: Path) -> None:
+    problems, dialogs = watch(page)
 
     # The list: every status counted, every run linked.
     await page.goto(f"{base}/runs")
@@ -224,15 +232,7 @@ async def operate(
     page: Page, base: str, engine: Engine, runs: tuple[str, str, str], shots: Path
 ) -> None:
     stuck, waiting, refunded = runs
-    problems: list[str] = []
-    page.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))
-    dialogs: list[str] = []
-
-    async def accept(dialog: object) -> None:
-        dialogs.append(dialog.message)  # type: ignore[attr-defined]
-        await dialog.accept()  # type: ignore[attr-defined]
-
-    page.on("dialog", accept)
+    problems, dialogs = watch(page, console=False)
     await page.goto(f"{base}/run?id={stuck}")
     reasons = await page.locator("ul.waiting").inner_text()
     assert "No live worker will drive it" in reasons and "pin versions" in reasons

@@ -60,30 +60,31 @@ async def test_why_it_waits_names_a_run_no_live_worker_will_drive(
     assert 'data-stranded="shop"' in workers.text and "(pinned)" in workers.text
 
 
+def fork_plan(html: str) -> dict[str, str]:
+    """The fork plan a confirm page lists, fact by fact."""
+    return dict(re.findall(r'<dt>([^<]+)</dt><dd class="fork-plan">([^<]*)</dd>', html))
+
+
 async def test_fork_confirm_lists_copied_and_run_again_and_patches_stand_apart(
     engine: Engine,
 ) -> None:
     register_shop(engine)
     async with client_for(dashboard_app(engine)) as client, engine:
-        run_id = await engine.start("shop", "go", run_id="refunded")
         with pytest.raises(WorkflowRunFailedError):
-            await engine.result(run_id, timeout=10)
-        page = await client.get("/run", params={"id": run_id})
-        confirm = await client.get("/run/confirm", params={"id": run_id, "action": "fork"})
-        here = await client.get(
-            "/run/confirm", params={"id": run_id, "action": "fork", "step": "cool-off"}
-        )
+            await engine.result(await engine.start("shop", "go", run_id="refunded"), timeout=10)
+        page = await client.get("/run", params={"id": "refunded"})
+        fork = {"id": "refunded", "action": "fork"}
+        confirm = await client.get("/run/confirm", params=fork)
+        here = await client.get("/run/confirm", params={**fork, "step": "cool-off"})
     assert "patched:" not in page.text
     assert re.search(r"<dt>Patches</dt><dd[^>]*><code>rename-charge</code>", page.text)
     assert confirm.status_code == 200
-    facts = dict(re.findall(r"<dt>([^<]+)</dt><dd class=\"fork-plan\">([^<]*)</dd>", confirm.text))
-    assert facts == {
+    assert fork_plan(confirm.text) == {
         "Runs anew from step": "pack",
         "Copied (not run again)": "cool-off",
         "Run again": "charge (its compensation ran), pack",
     }
-    facts = dict(re.findall(r"<dt>([^<]+)</dt><dd class=\"fork-plan\">([^<]*)</dd>", here.text))
-    assert facts["Copied (not run again)"] == "none"
+    assert fork_plan(here.text)["Copied (not run again)"] == "none"
 
 
 async def test_send_event_asks_in_place_and_its_confirm_page_reads_right(

@@ -12,7 +12,8 @@ import httpx
 from fastapi import FastAPI, HTTPException
 
 from engine_core import Engine, InvalidInputError
-from tests.support.fleet import Fleet
+from engine_core.fleet.registry import why_undriven
+from tests.support.fleet import Fleet, client_engine
 
 
 def tier_app(engine: Engine) -> FastAPI:
@@ -43,10 +44,16 @@ async def _ended(api: httpx.AsyncClient, run_id: str) -> dict[str, Any]:
 
 
 async def test_a_code_less_api_tier_starts_orders_that_the_pinned_fleet_drives(
-    fleet: Fleet, tier: Engine
+    fleet: Fleet, chaos_uri: str
 ) -> None:
     fleet.spawn("--version", "v1")
     fleet.spawn("--version", "v2")  # the newest deploy
+    # The tier: an engine with no workflow code and no declarations, a client.
+    async with client_engine(chaos_uri, lambda engine: None, lease_ttl="2s") as tier:
+        await _serve_orders(fleet, tier)
+
+
+async def _serve_orders(fleet: Fleet, tier: Engine) -> None:
     transport = httpx.ASGITransport(app=tier_app(tier))
     async with httpx.AsyncClient(transport=transport, base_url="http://tier") as api:
         made = await api.post(
@@ -67,8 +74,6 @@ async def test_a_code_less_api_tier_starts_orders_that_the_pinned_fleet_drives(
         )
         assert bad_qty.status_code == 422 and "lines" in bad_qty.text
     assert [r.run_id for r in await tier.list_runs()] == [run_id]  # nothing else recorded
-    from engine_core.fleet.registry import why_undriven  # (here: main has no such check)
-
     workers = await tier.list_workers()
     assert why_undriven("order", "v2", workers) is None
     assert "version 'v0'" in str(why_undriven("order", "v0", workers))
