@@ -47,7 +47,6 @@ from pymongo.errors import ConnectionFailure
 
 from engine_core import Engine, EngineError
 from engine_core.durations import parse_duration
-from engine_core.fleet.registry import why_undriven
 from engine_core.options import ORDERS
 from engine_core.records import RunState
 from pikku_mongo import repair_cli
@@ -56,7 +55,7 @@ from pikku_mongo.cli_text import (
     _listed,
     _queue_text,
     _queues,
-    _show_run,
+    _show,
     _table,
     _time,
     _workers,
@@ -69,7 +68,6 @@ from pikku_mongo.replay_cli import replay_check_command
 from pikku_mongo.server import ensure_reachable, short_reason
 from pikku_mongo.shard_keys import shard_commands
 from pikku_mongo.store import MongoStore, _database_name, _redact
-from pikku_mongo.stranded import DRIVEN
 from pikku_mongo.tail_cli import add_parser as add_tail
 from pikku_mongo.tail_cli import tail
 
@@ -186,17 +184,7 @@ async def _run(args: argparse.Namespace, uri: str) -> Any:
                 text += f"\n(more: --after {runs[-1].run_id}{order})"
             return [_listed(r) for r in runs], text
         if action == "show":
-            status = await engine.status(args.run_id)
-            history = await engine.history(args.run_id)
-            data = _jsonable(status)
-            data["history"] = _jsonable(history)
-            data["fork_ids"] = forks = await engine.list_forks(args.run_id)
-            undriven = None
-            if status.status in DRIVEN:  # would a live worker drive it?
-                workers = await engine.list_workers()
-                undriven = why_undriven(status.workflow, status.version, workers)
-            data["stranded"] = undriven
-            return data, _show_run(status, history, forks, undriven)
+            return await _show(engine, args.run_id)
         if action in ("fork", "cancel", "retry"):
             if repair_cli.is_bulk(args):
                 return await repair_cli.act_on_many(engine, args)

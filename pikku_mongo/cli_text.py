@@ -9,6 +9,8 @@ from datetime import datetime
 from typing import Any
 
 from engine_core import Engine, RunStatus, StepStatus
+from engine_core.fleet.registry import why_undriven
+from pikku_mongo.stranded import DRIVEN
 
 
 def _jsonable(value: Any) -> Any:
@@ -55,6 +57,22 @@ def _error_text(error: dict[str, Any] | None) -> str:
     if not error:
         return ""
     return f"{error.get('type', 'Error')}: {error.get('message', '')}"
+
+
+async def _show(engine: Engine, run_id: str) -> tuple[Any, str]:
+    """``runs show``: the run, its steps and timeline, its forks, and whether a live
+    worker will drive it (1 read of the registry when it waits to be driven)."""
+    status = await engine.status(run_id)
+    history = await engine.history(run_id)
+    data = _jsonable(status)
+    data["history"] = _jsonable(history)
+    data["fork_ids"] = forks = await engine.list_forks(run_id)
+    undriven = None
+    if status.status in DRIVEN:
+        workers = await engine.list_workers()
+        undriven = why_undriven(status.workflow, status.version, workers)
+    data["stranded"] = undriven
+    return data, _show_run(status, history, forks, undriven)
 
 
 def _show_run(

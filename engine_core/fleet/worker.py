@@ -205,20 +205,24 @@ class Worker:
             del self._begun[next(iter(self._begun))]
         self._begun[(job.run_id, job.key)] = job.attempts
 
+    async def _lost_every_time(self, job: StepRecord) -> None:
+        """Every attempt the job was allowed was claimed and lost with its worker: it
+        fails, saying so."""
+        message = lost_message(job.key, job.max_attempts, job.max_attempts)
+        if job.max_attempts > 1:
+            message = f"step {job.key!r} lost its worker on each of its attempts; {message}"
+        where = lifecycle_log.fields(job.run_id, None, job.key, job.traceparent)
+        log.warning("run %s: step %r: %s", job.run_id, job.key, message, extra=where)
+        error = {"type": "WorkerLost", "message": message}
+        await self._record(job, "failed", counted=job.attempts - 1, error=error)
+
     async def _run_job(self, job: StepRecord, *, checked: bool = False) -> None:
         """Run one claimed attempt of a dispatched step and record its outcome, fenced.
         ``checked``: the dispatching pass saw the run still running after the job was
         inserted, so the run need not be read."""
         attempt = job.attempts
         if attempt > job.max_attempts:
-            # Every attempt it was allowed was claimed and lost with its worker.
-            message = lost_message(job.key, job.max_attempts, job.max_attempts)
-            if job.max_attempts > 1:
-                message = f"step {job.key!r} lost its worker on each of its attempts; {message}"
-            error = {"type": "WorkerLost", "message": message}
-            where = lifecycle_log.fields(job.run_id, None, job.key, job.traceparent)
-            log.warning("run %s: step %r: %s", job.run_id, job.key, message, extra=where)
-            await self._record(job, "failed", counted=attempt - 1, error=error)
+            await self._lost_every_time(job)
             return
         # A job run for a pass of this process has its run's log context from there.
         workflow = current_workflow(job.run_id)
