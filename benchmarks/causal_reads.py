@@ -28,7 +28,7 @@ from benchmarks.common import mongo_server, with_database
 from engine_core import Engine, WorkflowContext
 from engine_core.testing.builders import make_run
 from pikku_mongo import MongoStore
-from pikku_mongo.causal import OperationClock
+from pikku_mongo.wire.causal import OperationClock
 from tests.support.proxy import ProxyProcess
 
 Spent = dict[bool, list[float]]  # causal reads on / off -> [seconds, units done]
@@ -48,14 +48,14 @@ async def _measure(uri: str, args: argparse.Namespace) -> tuple[Spent, Spent]:
             await ctx.step(f"s{i}", _noop)
         return int(args.steps)
 
-    clock = store._clock
+    clock = store.reads.clock
     reads: Spent = {True: [0.0, 0], False: [0.0, 0]}
     steps: Spent = {True: [0.0, 0], False: [0.0, 0]}
     async with engine:
         await store.insert_run(make_run("r"))
         for block in range(args.blocks):
             causal = block % 2 == 0
-            store._clock = clock if causal else None
+            store.reads.clock = clock if causal else None
             started = time.process_time()
             for _ in range(args.reads):
                 await store.get_run("r")
@@ -68,7 +68,7 @@ async def _measure(uri: str, args: argparse.Namespace) -> tuple[Spent, Spent]:
                 await engine.result(run_id, timeout=60)
             steps[causal][0] += time.process_time() - started
             steps[causal][1] += args.runs * args.steps
-    store._clock = clock
+    store.reads.clock = clock
     await store.database.client.drop_database(store.database.name)
     await store.close()
     return reads, steps
@@ -79,7 +79,7 @@ def _session_alone(count: int = 20_000) -> float:
 
     async def run() -> float:
         store = MongoStore.from_uri("mongodb://127.0.0.1:9/x?directConnection=true")
-        clock = store._clock
+        clock = store.reads.clock
         assert isinstance(clock, OperationClock)
         at = Timestamp(int(time.time()), 1)
         clock.operation_time = at

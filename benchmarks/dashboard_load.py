@@ -32,7 +32,7 @@ from engine_core import Engine
 from engine_core.records import AttemptEntry, RunRecord, StepRecord
 from pikku_mongo import MongoStore
 from pikku_mongo.dashboard import dashboard_app
-from pikku_mongo.documents import run_to_doc, step_to_doc
+from pikku_mongo.wire.documents import run_to_doc, step_to_doc
 
 STATUSES = [
     ("completed", 70),

@@ -26,7 +26,7 @@ from pymongo import AsyncMongoClient, WriteConcern
 from pymongo.read_concern import ReadConcern
 
 from benchmarks.common import mongo_server, with_database
-from pikku_mongo.store import DEFAULT_WRITE_CONCERN
+from pikku_mongo.store.options import DEFAULT_WRITE_CONCERN
 
 WRITES: list[tuple[str, WriteConcern]] = [
     ("server default (none sent)", WriteConcern()),

@@ -104,7 +104,7 @@ INDEXED = "1 at a time, run indexes"
 def floor_document(i: int) -> dict[str, Any]:
     """A fresh run document of the inline workflow, as the store writes it."""
     from engine_core.records import RunRecord, utcnow
-    from pikku_mongo.documents import run_to_doc
+    from pikku_mongo.wire.documents import run_to_doc
 
     now = utcnow()
     run = RunRecord(
@@ -124,8 +124,8 @@ def floor_document(i: int) -> dict[str, Any]:
 async def _collection(
     base_uri: str, docs: int, indexed: bool = False
 ) -> AsyncIterator[tuple[Any, list[Any], Any]]:
-    from pikku_mongo.indexes import RUN_INDEXES
-    from pikku_mongo.store import DEFAULT_WRITE_CONCERN
+    from pikku_mongo.store.options import DEFAULT_WRITE_CONCERN
+    from pikku_mongo.wire.indexes import RUN_INDEXES
 
     name = fresh_db_name("floor")
     counter = CommandCounter()

@@ -105,7 +105,7 @@ async def hold_finished_steps(store: Store, count: int, per_run: int = 10) -> No
     ]
     runs_collection = getattr(store, "runs", None)
     if runs_collection is not None and hasattr(runs_collection, "insert_many"):
-        from pikku_mongo.documents import run_to_doc, step_to_doc
+        from pikku_mongo.wire.documents import run_to_doc, step_to_doc
 
         await store.init()
         steps_collection = getattr(store, "steps")  # noqa: B009 - MongoStore's collection
@@ -274,7 +274,7 @@ async def park(store: Store, count: int, due: bool, batch: int = 1000) -> float:
     began = time.perf_counter()
     steps_collection = getattr(store, "steps", None)
     if steps_collection is not None and hasattr(steps_collection, "insert_many"):
-        from pikku_mongo.documents import run_to_doc, step_to_doc
+        from pikku_mongo.wire.documents import run_to_doc, step_to_doc
 
         runs_collection = getattr(store, "runs")  # noqa: B009 - MongoStore's collection
         for at in range(0, count, batch):

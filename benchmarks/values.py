@@ -26,13 +26,14 @@ from pydantic import BaseModel
 
 import engine_core.engine as engine_module
 import engine_core.fleet.worker as worker_module
+import engine_core.front.starting as starting_module
 import engine_core.run.context as context_module
 import engine_core.run.run_pass as run_pass_module
-import engine_core.starting as starting_module
 from benchmarks import ours
-from engine_core import Engine, WorkflowContext, convert
+from engine_core import Engine, WorkflowContext
+from engine_core.common import convert
+from engine_core.common.values import to_stored
 from engine_core.memory import InMemoryStore
-from engine_core.values import to_stored
 
 RUNS, STEPS = 200, 10
 

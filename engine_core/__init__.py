@@ -1,5 +1,22 @@
-"""engine_core: a storage-agnostic durable workflow engine for asyncio."""
+"""engine_core: a storage-agnostic durable workflow engine for asyncio.
 
+What users may import: the names below (``__all__``); ``engine_core.memory``
+(``InMemoryStore``) and ``engine_core.testing`` (``StoreConformance``); and, to write a
+store or read what one holds, the modules at the top of the package: ``errors``,
+``records``, ``store``, ``streams``, ``mirror``, ``tracing`` and ``metrics``. Everything
+in the wings (``common/``, ``run/``, ``fleet/``, ``flow/``, ``schedules/``, ``front/``)
+is internal and may change without notice.
+"""
+
+from engine_core.common.status import (
+    Divergence,
+    ForkPlan,
+    QueueStatus,
+    ReplayReport,
+    RunStatus,
+    StepStatus,
+    TimelineEntry,
+)
 from engine_core.engine import Engine
 from engine_core.errors import (
     DuplicateRunError,
@@ -36,15 +53,6 @@ from engine_core.run.context import WorkflowContext
 from engine_core.run.fork import UNCHANGED
 from engine_core.run.step_info import StepInfo, current_step
 from engine_core.schedules.times import Schedule
-from engine_core.status import (
-    Divergence,
-    ForkPlan,
-    QueueStatus,
-    ReplayReport,
-    RunStatus,
-    StepStatus,
-    TimelineEntry,
-)
 from engine_core.store import Store
 from engine_core.streams import StreamEntry
 from engine_core.tracing import TraceIdFilter

@@ -4,7 +4,7 @@ Outside ``async with engine`` it is a client (start, send events, read, cancel, 
 resume). Inside, it is also a worker: it runs passes, claims dispatched steps, fires
 timers and runs recovery. The mechanisms live in their own modules (driver, worker,
 recovery, run control); the engine wires them together through a
-:class:`~engine_core.runtime.Runtime`.
+:class:`~engine_core.common.runtime.Runtime`.
 """
 
 from __future__ import annotations
@@ -16,33 +16,11 @@ from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, TypeVar, overload
 
-from engine_core.convert import declared_return, from_json
-from engine_core.durations import Duration, parse_duration
-from engine_core.errors import StoreUnavailableError
-from engine_core.fleet.recovery import RecoveryReport, WorkflowRecovery
-from engine_core.flow.queue_figures import queue_figures
-from engine_core.flow.queue_figures import store_declared_limits as declare_in_store
-from engine_core.flow.queues import add_queue, declare
-from engine_core.flow.starts import check_registered
-from engine_core.host import Host
-from engine_core.mirror import RunMirror
-from engine_core.options import check_order
-from engine_core.records import (
-    TERMINAL,
-    Worker,
-    utcnow,
-)
-from engine_core.repair_api import MAX_FORKS, RepairApi
-from engine_core.run.context import register_fn
-from engine_core.run.replay_check import replay_check
-from engine_core.run.results import outcome
-from engine_core.run.stream_reader import read_stream
-from engine_core.runtime import EngineConfig
-from engine_core.schedule_api import ScheduleApi
-from engine_core.schedules.control import ScheduleControl
-from engine_core.schedules.declared import DeclaredSchedule, store_declared
-from engine_core.starting import start_run
-from engine_core.status import (
+from engine_core.common.convert import declared_return, from_json
+from engine_core.common.durations import Duration, parse_duration
+from engine_core.common.options import check_order
+from engine_core.common.runtime import EngineConfig
+from engine_core.common.status import (
     QueueStatus,
     ReplayReport,
     RunStatus,
@@ -50,15 +28,36 @@ from engine_core.status import (
     fold_status,
     timeline,
 )
-from engine_core.store import Store
-from engine_core.streams import StreamEntry
-from engine_core.values import (
+from engine_core.common.values import (
     check_moment,
     check_name,
     check_page,
     check_prefix,
     check_run_id,
 )
+from engine_core.errors import StoreUnavailableError
+from engine_core.fleet.recovery import RecoveryReport, WorkflowRecovery
+from engine_core.flow.queue_figures import queue_figures
+from engine_core.flow.queue_figures import store_declared_limits as declare_in_store
+from engine_core.flow.queues import declare
+from engine_core.flow.starts import check_registered
+from engine_core.front.host import Host
+from engine_core.front.repair_api import MAX_FORKS, RepairApi
+from engine_core.front.schedule_api import ScheduleApi
+from engine_core.front.starting import start_run
+from engine_core.mirror import RunMirror
+from engine_core.records import (
+    TERMINAL,
+    Worker,
+    utcnow,
+)
+from engine_core.run.replay_check import replay_check
+from engine_core.run.results import outcome
+from engine_core.run.stream_reader import read_stream
+from engine_core.schedules.control import ScheduleControl
+from engine_core.schedules.declared import DeclaredSchedule, store_declared
+from engine_core.store import Store
+from engine_core.streams import StreamEntry
 
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
@@ -94,11 +93,16 @@ class Engine(ScheduleApi, RepairApi):
             shutdown_grace=shutdown_grace,
             store_timeout=store_timeout,
         )
-        self._host = Host(store, self.config, mirror)
-        #: Drive only runs of the versions this process registers (docs/guides/changing-code.md).
-        self._host.pin_versions = bool(pin_versions)
+        # pin_versions: drive only runs of the versions this process registers
+        # (docs/guides/changing-code.md).
+        self._host = Host(
+            store,
+            self.config,
+            mirror,
+            pin_versions=bool(pin_versions),
+            start_run=self._start_scheduled,
+        )
         self._control = self._host.control
-        self._host.start_run = self._start_scheduled
         self._schedules = ScheduleControl(store, self._host.workflows, self._host.schedules_changed)
         self._declared_schedules: dict[str, DeclaredSchedule] = {}
 
@@ -128,18 +132,23 @@ class Engine(ScheduleApi, RepairApi):
         a label stored on every run it starts (``RunStatus.version``)."""
         if version is not None:
             check_name(version, "workflow version")
-        register = register_fn(self._host.workflows, name, "workflow")
+        check_name(name, "workflow name")
 
-        def with_version(fn: F) -> F:
-            registered = register(fn)
-            self._host.versions[name] = version
-            return registered
+        def register(fn: F) -> F:
+            self._host.register_workflow(name, fn, version=version)
+            return fn
 
-        return with_version
+        return register
 
     def step_function(self, name: str) -> Callable[[F], F]:
         """Register ``async def fn(payload)`` as a step function any worker may run."""
-        return register_fn(self._host.step_functions, name, "step function")
+        check_name(name, "step function name")
+
+        def register(fn: F) -> F:
+            self._host.register_step_function(name, fn)
+            return fn
+
+        return register
 
     def queue(
         self,
@@ -167,7 +176,7 @@ class Engine(ScheduleApi, RepairApi):
             key_concurrency=key_concurrency,
             rate=rate,
         )
-        add_queue(self._host.queues, limits)
+        self._host.declare_queue(limits)
 
     # ---- lifecycle ---------------------------------------------------------------
 

@@ -39,9 +39,11 @@ class Tally:
         self.counts: dict[tuple[tuple[str, str], ...], int] = {}
 
     def add(self, n: int, attributes: tuple[tuple[str, str], ...] = ()) -> None:
+        """Add ``n`` to the count of ``attributes``."""
         self.counts[attributes] = self.counts.get(attributes, 0) + n
 
     def observe(self, options: CallbackOptions) -> Iterable[Observation]:
+        """The counts, for an observable gauge's callback."""
         for attributes, n in list(self.counts.items()):
             yield Observation(n, dict(attributes))
 
@@ -135,6 +137,7 @@ def enabled() -> bool:
 
 
 def instruments() -> Instruments:
+    """The engine's instruments, made on first use from the meter provider."""
     global _instruments
     if _instruments is None:
         _instruments = Instruments(_provider)
@@ -151,11 +154,13 @@ def _seconds_since(moment: datetime | None) -> float | None:
 
 
 def run_started(workflow: str) -> None:
+    """Count a run of ``workflow`` started."""
     if enabled():
         instruments().run_started.add(1, (("workflow", workflow),))
 
 
 def run_ended(workflow: str, status: str, created_at: datetime | None) -> None:
+    """Count a run of ``workflow`` ended with ``status``, and record how long it took."""
     if not enabled():
         return
     tools = instruments()
@@ -166,6 +171,8 @@ def run_ended(workflow: str, status: str, created_at: datetime | None) -> None:
 
 
 def first_pass(workflow: str, queue: str | None, since: datetime | None) -> None:
+    """Record how long a run of ``workflow`` (on ``queue``) waited for its first pass since
+    ``since``."""
     if not enabled():
         return
     took = _seconds_since(since)
@@ -184,6 +191,7 @@ def attempt_ended(kind: str, outcome: str, seconds: float) -> None:
 
 
 def schedule_to_start(kind: str, seconds: float) -> None:
+    """Record how long a step of ``kind`` waited between being due and starting."""
     if enabled():
         instruments().schedule_to_start.record(max(0.0, seconds), {"kind": kind})
 
@@ -201,11 +209,13 @@ def count_slots(used: Callable[[], int]) -> Callable[[], None]:
 
 
 def store_command(command: str) -> None:
+    """Count a store command of the name ``command``."""
     if enabled():
         instruments().store_commands.add(1, (("command", command),))
 
 
 def recovered(counts: Mapping[str, int]) -> None:
+    """Count what one recovery pass did, by kind."""
     if not enabled():
         return
     counter = instruments().recovered
@@ -215,6 +225,7 @@ def recovered(counts: Mapping[str, int]) -> None:
 
 
 def diverged(workflow: str) -> None:
+    """Count a divergent pass of ``workflow``."""
     if enabled():
         instruments().divergence.add(1, (("workflow", workflow),))
 

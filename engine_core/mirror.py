@@ -26,6 +26,8 @@ class RunMirror(Protocol):
 
 
 async def mirror_run(mirror: RunMirror | None, run: RunRecord) -> None:
+    """Tell ``mirror`` (if any) of ``run``; a mirror that fails is logged, never the run's
+    failure."""
     if mirror is None:
         return
     try:
@@ -35,6 +37,8 @@ async def mirror_run(mirror: RunMirror | None, run: RunRecord) -> None:
 
 
 async def mirror_step(mirror: RunMirror | None, step: StepRecord) -> None:
+    """Tell ``mirror`` (if any) of ``step``; a mirror that fails is logged, never the run's
+    failure."""
     if mirror is None:
         return
     try:

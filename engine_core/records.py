@@ -197,6 +197,13 @@ class StepRecord:
     # The batch of tasks the body's root created together that the step ran under
     # (see ``engine_core.run.branches``); None for a step the root itself reached.
     group: int | None = None
+    # First started by a task the body's branch adopted (``adopting_tasks``): such
+    # tasks reach their steps in no set order, so only its kind and callable are judged.
+    loose: bool = False
+    # Where the branch it ran in was made: how many calls of its own each branch on the
+    # way down from the body had made when it made the next ("2", "2/0"; None for the
+    # body's own steps). A replay that reaches the step elsewhere has moved it.
+    made_after: str | None = None
     # A dispatched step of a fork that keeps its original's idempotency keys: the run
     # whose keys it uses (the worker running it does not read the run).
     idempotency_of: str | None = None

@@ -46,6 +46,7 @@ def new_run_traceparent() -> str:
 
 
 def trace_id_of(traceparent: str | None) -> str | None:
+    """The trace id of a W3C ``traceparent``, or None."""
     parsed = parse_traceparent(traceparent)
     return parsed[0] if parsed else None
 
@@ -152,6 +153,7 @@ class TraceIdFilter(logging.Filter):
     """
 
     def filter(self, record: logging.LogRecord) -> bool:
+        """Add ``run_id`` and ``trace_id`` to ``record``; always keep it."""
         current = _run_context.get()
         # A lifecycle line names its run itself (``extra=``): kept, "-" for None.
         given = getattr(record, "run_id", None)

@@ -2,8 +2,10 @@
 # Runs the whole test suite. Makes .venv (Python 3.11+) and installs the project with its
 # test and docs extras when needed (docs: mkdocs, for `mkdocs build` and `mkdocs serve`);
 # the tests start their own MongoDB-wire servers (nx-27017, and mongoeco from its own
-# Python 3.13 venv) unless MONGODB_URI names a server to use.
-# Extra arguments go to pytest.
+# Python 3.13 venv) unless MONGODB_URI names a server to use. pytest runs the tests in
+# three worker processes (pytest-xdist; addopts in pyproject.toml), each with servers of
+# its own. Extra arguments go to pytest: -n 0 for one process (--pdb, say), -n auto for a
+# worker per core.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"

@@ -8,6 +8,7 @@ conformance and race tests also run on a mongoeco wire server (Python 3.13 venv)
 from __future__ import annotations
 
 import os
+import socket
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, cast
@@ -77,6 +78,24 @@ async def mongo_store(uri: str, **options: Any) -> Any:
     return store
 
 
+def _listening(uri: str) -> bool:
+    """Whether a host of ``uri`` accepts a connection now: a test may have stopped its
+    server, or the proxy in front of it, and the driver would wait out a whole server
+    selection to find that out."""
+    if not uri.startswith("mongodb://"):
+        return True  # mongodb+srv: the hosts are in DNS
+    hosts = uri.split("://", 1)[1].split("/", 1)[0].rpartition("@")[2]
+    for host in hosts.split(","):
+        name, colon, port = host.rpartition(":")
+        try:
+            address = (name.strip("[]"), int(port)) if colon else (host, 27017)
+            socket.create_connection(address, timeout=1).close()
+        except (OSError, ValueError):
+            continue
+        return True
+    return False
+
+
 @pytest.fixture(autouse=True)
 def _drop_test_databases() -> Iterator[None]:
     """Drop the databases the test made: a server keeps state for each database that
@@ -89,6 +108,8 @@ def _drop_test_databases() -> Iterator[None]:
 
     made, _made[:] = list(_made), []
     for uri in sorted({u for u, _ in made}):
+        if not _listening(uri):
+            continue  # stopped by the test: nothing left to drop
         client: MongoClient[Any] = MongoClient(uri, serverSelectionTimeoutMS=2000)
         try:
             for name in (n for u, n in made if u == uri):

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from engine_core.common.outages import Outages
 from engine_core.flow.admission import Admitter
 from engine_core.flow.queues import declare
-from engine_core.outages import Outages
 from engine_core.records import RunRecord
 from engine_core.store import Store
 from engine_core.testing.flow_cases import queued

@@ -8,7 +8,7 @@ import asyncio
 from typing import Any
 
 from engine_core import Engine, RunStatus, WorkflowContext
-from engine_core.journal import merged
+from engine_core.common.journal import merged
 from engine_core.memory import InMemoryStore
 
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-import engine_core.outages
+import engine_core.common.outages
 from engine_core import Engine, StoreUnavailableError, TraceIdFilter, WorkflowContext
-from engine_core.outages import Outages
+from engine_core.common.outages import Outages
 
 
 def _engine_lines(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
@@ -132,8 +132,8 @@ async def test_the_filter_keeps_a_lifecycle_lines_own_attributes(
 async def test_an_outage_is_one_short_line_when_it_starts_and_one_when_it_ends(
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(engine_core.outages, "FIRST_WAIT_S", 0.001)
-    monkeypatch.setattr(engine_core.outages, "LAST_WAIT_S", 0.002)
+    monkeypatch.setattr(engine_core.common.outages, "FIRST_WAIT_S", 0.001)
+    monkeypatch.setattr(engine_core.common.outages, "LAST_WAIT_S", 0.002)
     outages = Outages()
     calls = 0
     dump = "connection refused\n" + "Topology Description: <" + "x" * 600 + ">"

@@ -18,11 +18,11 @@ from engine_core import (
     WorkflowContext,
     current_step,
 )
-from engine_core.journal import JOURNAL_BYTES, merged
+from engine_core.common.journal import JOURNAL_BYTES, merged
+from engine_core.common.values import stored_size
 from engine_core.memory import InMemoryStore
 from engine_core.records import StepRecord
 from engine_core.run.journal_room import journal_room, outcome_size
-from engine_core.values import stored_size
 
 
 async def test_a_huge_error_message_keeps_the_retry(engine: Engine) -> None:

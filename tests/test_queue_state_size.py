@@ -23,15 +23,15 @@ import bson
 import pytest
 
 import engine_core.flow.admission as admission
+from engine_core.common.outages import Outages
 from engine_core.flow.admission import WINDOW_ENTRIES, Admitter
 from engine_core.flow.queues import declare
-from engine_core.outages import Outages
 from engine_core.records import RunRecord, utcnow
 from engine_core.store import Store
 from engine_core.testing.builders import make_run
 from engine_core.testing.flow_cases import queued
 from pikku_mongo import MongoStore
-from pikku_mongo.queue_ops import _state_to_doc
+from pikku_mongo.store.queue_ops import _state_to_doc
 
 LIMIT = 64 * 1024
 

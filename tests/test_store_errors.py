@@ -1,6 +1,6 @@
 """pikku_mongo's error surface without a server: size refusals are specific and never
 retried, other non-transient errors surface at once, transient ones are retried, and an
-outage is logged once and waited out (``engine_core.outages``)."""
+outage is logged once and waited out (``engine_core.common.outages``)."""
 
 from __future__ import annotations
 
@@ -16,12 +16,12 @@ from pymongo.errors import (
     ServerSelectionTimeoutError,
 )
 
-import engine_core.outages
+import engine_core.common.outages
+from engine_core.common.outages import Outages
 from engine_core.errors import StoreUnavailableError
-from engine_core.outages import Outages
 from pikku_mongo.errors import DocumentTooLargeError, ServerUnreachableError
-from pikku_mongo.retry import surface_oversize, too_large, transient_retry
-from pikku_mongo.server import short_reason
+from pikku_mongo.wire.retry import surface_oversize, too_large, transient_retry
+from pikku_mongo.wire.server import short_reason
 
 
 @pytest.mark.parametrize(
@@ -103,8 +103,8 @@ def test_driver_errors_cut_to_one_line() -> None:
 async def test_an_outage_is_two_lines_and_is_waited_out(
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(engine_core.outages, "FIRST_WAIT_S", 0.001)
-    monkeypatch.setattr(engine_core.outages, "LAST_WAIT_S", 0.002)
+    monkeypatch.setattr(engine_core.common.outages, "FIRST_WAIT_S", 0.001)
+    monkeypatch.setattr(engine_core.common.outages, "LAST_WAIT_S", 0.002)
     outages = Outages()
     calls = 0
 
@@ -125,7 +125,7 @@ async def test_an_outage_is_two_lines_and_is_waited_out(
 
 
 async def test_a_caller_waits_only_as_long_as_it_said(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(engine_core.outages, "FIRST_WAIT_S", 0.01)
+    monkeypatch.setattr(engine_core.common.outages, "FIRST_WAIT_S", 0.01)
 
     async def down() -> None:
         raise StoreUnavailableError("connection refused")

@@ -23,10 +23,10 @@ from engine_core import (
     RunNotFoundError,
     StepFailedError,
     WorkflowContext,
-    convert,
 )
+from engine_core.common import convert
+from engine_core.common.values import to_stored
 from engine_core.memory import InMemoryStore
-from engine_core.values import to_stored
 from tests.value_types import Colour, Line, OrderIn, Parcel, Receipt
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -302,7 +302,8 @@ def test_engine_core_imports_and_converts_without_pydantic_installed() -> None:
 import sys
 sys.modules["pydantic"] = None  # as if not installed: importing it raises ImportError
 import asyncio, dataclasses, datetime
-from engine_core import Engine, WorkflowContext, convert
+from engine_core import Engine, WorkflowContext
+from engine_core.common import convert
 from engine_core.memory import InMemoryStore
 assert convert.pydantic is None
 

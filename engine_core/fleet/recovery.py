@@ -17,15 +17,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-import engine_core.lifecycle_log as lifecycle_log
+import engine_core.common.lifecycle_log as lifecycle_log
 import engine_core.metrics as metrics
-from engine_core.journal import merged_steps
-from engine_core.outages import LAST_WAIT_S
-from engine_core.periodic import Periodic
+from engine_core.common.journal import merged_steps
+from engine_core.common.outages import LAST_WAIT_S
+from engine_core.common.periodic import Periodic
+from engine_core.common.runtime import Runtime
 from engine_core.records import TERMINAL, RunRecord, StepPage, StepRecord, utcnow
 from engine_core.run.control import RunControl
 from engine_core.run.leases import holding
-from engine_core.runtime import Runtime
 from engine_core.store import Store
 
 log = logging.getLogger("engine_core.fleet.recovery")
@@ -59,15 +59,19 @@ class RecoveryReport:
     runs: list[str] = field(default_factory=list)
 
     def note(self, what: str, run_id: str) -> None:
+        """Count one ``what`` (a field's name) done for ``run_id``, and keep the run among
+        the sampled ones."""
         setattr(self, what, getattr(self, what) + 1)
         if len(self.runs) < REPORT_SAMPLE and run_id not in self.runs:
             self.runs.append(run_id)
 
     @property
     def total(self) -> int:
+        """How many things the pass did, all kinds together."""
         return self.woken + self.rearmed + self.redispatched + self.resumed
 
     def summary(self) -> str:
+        """The counts as one line of text."""
         return (
             f"{self.woken} sleeps woken, {self.rearmed} re-armed, "
             f"{self.redispatched} steps re-dispatched, {self.resumed} runs resumed"
@@ -89,10 +93,14 @@ class RedispatchBackoff:
         return len(self._eligible)
 
     def eligible(self, run_id: str, now: float) -> bool:
+        """Whether ``run_id`` may have its lost dispatch re-sent at ``now`` (monotonic
+        seconds)."""
         entry = self._eligible.get(run_id)
         return entry is None or entry[0] <= now
 
     def note(self, run_id: str, now: float) -> None:
+        """``run_id`` had a dispatch re-sent at ``now``: the next waits twice as long as the
+        last (bounded)."""
         previous = self._eligible.pop(run_id, None)
         delay = BACKOFF_START_S if previous is None else min(previous[1] * 2, BACKOFF_MAX_S)
         self._eligible[run_id] = (now + delay, delay)
@@ -116,6 +124,8 @@ class WorkflowRecovery:
         self._loop: Periodic | None = None
 
     def start(self) -> None:
+        """Start the recovery loop: a pass at once (the startup pass), then one every
+        ``recovery_interval``."""
         startup = True
 
         async def turn() -> None:
@@ -132,6 +142,7 @@ class WorkflowRecovery:
         self._loop.start()
 
     async def stop(self) -> None:
+        """Stop the recovery loop (a pass in progress is cancelled)."""
         if self._loop is not None:
             await self._loop.stop()
 

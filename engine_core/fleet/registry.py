@@ -19,9 +19,9 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from engine_core.common.outages import Outages
+from engine_core.common.periodic import Periodic
 from engine_core.errors import WorkflowNotRegisteredError
-from engine_core.outages import Outages
-from engine_core.periodic import Periodic
 from engine_core.records import Worker, utcnow
 from engine_core.store import Store
 
@@ -57,6 +57,7 @@ class Registry:
         self._loop: Periodic | None = None
 
     def record(self) -> Worker:
+        """This process's record as it is now, stamped with its start and its expiry."""
         worker = self._describe()
         now = utcnow()
         worker.started_at = self._started_at
@@ -65,8 +66,9 @@ class Registry:
         return worker
 
     async def refresh(self) -> None:
-        # A small write every few seconds: one with no answer means the store is away
-        # (a killed or frozen server raises nothing for a while), logged as an outage.
+        """Write this process's record again (1 write). A small write every few seconds:
+        one with no answer means the store is away (a killed or frozen server raises
+        nothing for a while), logged as an outage."""
         await self._outages.watch(self._store.put_worker(self.record()))
 
     async def start(self) -> None:
@@ -84,6 +86,7 @@ class Registry:
         self._loop.start()
 
     async def stop(self) -> None:
+        """Stop refreshing and delete this process's record."""
         if self._loop is None:
             return
         await self._loop.stop()
@@ -167,6 +170,8 @@ class FleetView:
         self._queues_read_at: float | None = None
 
     async def workers(self, *, fresh: bool = False) -> list[Worker]:
+        """The live workers, read again when the last read is older than ``VIEW_KEPT_S`` (or
+        ``fresh``)."""
         now = time.monotonic()
         if fresh or self._read_at is None or now - self._read_at > VIEW_KEPT_S:
             self._workers = await self._store.list_workers()

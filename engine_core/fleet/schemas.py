@@ -25,7 +25,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from engine_core.convert import declared_parameter, json_schema_of
+from engine_core.common.convert import declared_parameter, json_schema_of
 from engine_core.errors import InvalidInputError
 
 #: A schema longer than this (as JSON) is not published: the record stays small.

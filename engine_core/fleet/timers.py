@@ -81,6 +81,7 @@ class Timers:
             self._unlink(key, run_id)
 
     def cancel_all(self) -> None:
+        """Cancel every timer."""
         for handle in self._handles.values():
             handle.cancel()
         self._handles.clear()

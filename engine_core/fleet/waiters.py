@@ -18,11 +18,11 @@ import logging
 import time
 from collections.abc import Callable
 
+from engine_core.common.outages import Outages
+from engine_core.common.tasks import wait_event
 from engine_core.errors import RunNotFoundError, StoreUnavailableError
-from engine_core.outages import Outages
 from engine_core.records import TERMINAL, RunRecord
 from engine_core.store import Store
-from engine_core.tasks import wait_event
 
 log = logging.getLogger("engine_core")
 

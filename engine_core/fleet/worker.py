@@ -6,13 +6,16 @@ import asyncio
 import logging
 import random
 from collections.abc import AsyncIterator, Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
-import engine_core.lifecycle_log as lifecycle_log
+import engine_core.common.lifecycle_log as lifecycle_log
 import engine_core.metrics as metrics
-from engine_core.convert import declared_parameter, from_json
-from engine_core.durations import retry_delay_seconds
+from engine_core.common.convert import declared_parameter, from_json
+from engine_core.common.durations import retry_delay_seconds
+from engine_core.common.runtime import Runtime, StepFn
+from engine_core.common.tasks import abandon, cancel_and_wait, wait_event
+from engine_core.common.values import check_fits, idempotency_key
 from engine_core.errors import StoreUnavailableError
 from engine_core.mirror import mirror_step
 from engine_core.records import StepRecord, utcnow
@@ -31,11 +34,8 @@ from engine_core.run.transitions import (
     lost_message,
     write,
 )
-from engine_core.runtime import Runtime
 from engine_core.store import Store
-from engine_core.tasks import abandon, cancel_and_wait, wait_event
 from engine_core.tracing import current_workflow, run_log_context
-from engine_core.values import check_fits, idempotency_key
 
 log = logging.getLogger("engine_core")
 
@@ -51,7 +51,7 @@ class Worker:
         self.runtime = runtime
         self.control = control
         self._wake = asyncio.Event()
-        # Checked at every turn: a cancellation alone can be lost (see engine_core.periodic).
+        # Checked at every turn: a cancellation alone can be lost (see engine_core.common.periodic).
         self._stopping = False
         self._loop_task: asyncio.Task[None] | None = None
         self._hint_task: asyncio.Task[None] | None = None
@@ -70,6 +70,8 @@ class Worker:
         self._wake.set()
 
     def start(self) -> None:
+        """Start polling for jobs of the step functions this process serves (and watching
+        for new ones where the store can hint)."""
         self._loop_task = asyncio.ensure_future(self._run())
         hints = self.store.job_hints() if self.runtime.step_function_names() else None
         if hints is not None:
@@ -227,43 +229,16 @@ class Worker:
         # A job run for a pass of this process has its run's log context from there.
         workflow = current_workflow(job.run_id)
         if not checked:
-            # The claim cannot see the run: a job inserted while a cancel or suspend was
-            # on its way may be claimable for a moment. Whatever started after a stop
-            # returned reads it here; the job goes back on the queue, halted, costing no
-            # attempt.
-            run = await self.store.get_run(job.run_id)
-            if run is None or run.status != "running":
-                # Both through an outage: a job left halted on a run that a resume put
-                # back to running would be taken by no worker.
-                back = job_returned(job, self.runtime.instance_id)
-                outages = self.runtime.outages
-                await outages.call(lambda: write(self.store, job.run_id, job.key, back))
-                await outages.call(lambda: self.control.reconcile_halt(job.run_id))
+            workflow = await self._may_run(job)
+            if workflow is None:
                 return
-            workflow = run.workflow
         function = self.runtime.step_fn(job.function or "")
         assert function is not None, "claims only take jobs of registered step functions"
-        attributes = {
-            "workflow.run_id": job.run_id,
-            "workflow.step": job.key,
-            "workflow.attempt": attempt,
-            "workflow.function": job.function or "",
-        }
         started = utcnow()
         self._began(job)
         due = job.due_at or job.scheduled_at
         if due is not None:
             metrics.schedule_to_start("dispatched", (started - due).total_seconds())
-
-        async def renew() -> bool:
-            return await self.store.extend_claim(
-                job.run_id,
-                job.key,
-                holder=self.runtime.instance_id,
-                attempt=attempt,
-                claim_ttl=self.runtime.config.lease_ttl,
-            )
-
         info = StepInfo(
             job.run_id,
             job.key,
@@ -272,47 +247,90 @@ class Worker:
             last_heartbeat=await previous_heartbeat(self.store, job.run_id, job.key, attempt),
         )
         try:
-            async with KeepAlive(
-                renew,
-                self.runtime.config.lease_ttl,
-                f"the claim on step {job.key!r} of run {job.run_id}",
-                lifecycle_log.fields(job.run_id, workflow, job.key, job.traceparent),
-            ):
-                with run_log_context(job.run_id, job.traceparent, workflow):
-                    result = await run_attempt(
-                        info,
-                        lambda: function(from_json(job.payload, declared_parameter(function, 0))),
-                        threaded=runs_in_thread(function),
-                        hooks=AttemptStreams(self.store, renew),
-                        slots=self.runtime.slots,
-                        timeout=job.timeout,
-                        traceparent=job.traceparent,
-                        attributes=attributes,
-                    )
-                    check_fits(f"result of step {job.key!r}", job.payload, result)
+            result = await self._attempt(job, function, info, workflow)
         except Exception as exc:
-            error = error_info(exc)
-            if attempt < job.max_attempts:
-                wait = retry_delay_seconds(job.retry_delay or 0, attempt, random.random())
-                lifecycle_log.attempt_will_retry(
-                    job.run_id,
-                    workflow,
-                    job.key,
-                    job.traceparent,
-                    attempt,
-                    job.max_attempts,
-                    error,
-                    wait,
-                )
-                due = utcnow() + timedelta(seconds=wait)
-                if await self._record(
-                    job, "scheduled", error=error, due_at=due, started_at=started
-                ):
-                    self.runtime.arm_work_timer(due)
-                return
-            await self._record(job, "failed", error=error, started_at=started)
+            await self._attempt_failed(job, error_info(exc), started=started, workflow=workflow)
             return
         await self._record(job, "succeeded", result=result, started_at=started)
+
+    async def _may_run(self, job: StepRecord) -> str | None:
+        """The job's run's workflow if the run is still running, else None. The claim
+        cannot see the run: a job inserted while a cancel or suspend was on its way may
+        be claimable for a moment. Whatever started after a stop returned reads it here;
+        the job goes back on the queue, halted, costing no attempt."""
+        run = await self.store.get_run(job.run_id)
+        if run is not None and run.status == "running":
+            return run.workflow
+        # Both through an outage: a job left halted on a run that a resume put back to
+        # running would be taken by no worker.
+        back = job_returned(job, self.runtime.instance_id)
+        outages = self.runtime.outages
+        await outages.call(lambda: write(self.store, job.run_id, job.key, back))
+        await outages.call(lambda: self.control.reconcile_halt(job.run_id))
+        return None
+
+    async def _attempt(
+        self, job: StepRecord, function: StepFn, info: StepInfo, workflow: str | None
+    ) -> Any:
+        """Run the attempt ``info`` of the job (of a run of ``workflow``, when known),
+        keeping its claim alive meanwhile; its result as it will be stored."""
+
+        async def renew() -> bool:
+            return await self.store.extend_claim(
+                job.run_id,
+                job.key,
+                holder=self.runtime.instance_id,
+                attempt=info.attempt,
+                claim_ttl=self.runtime.config.lease_ttl,
+            )
+
+        attributes = {
+            "workflow.run_id": job.run_id,
+            "workflow.step": job.key,
+            "workflow.attempt": info.attempt,
+            "workflow.function": job.function or "",
+        }
+        async with KeepAlive(
+            renew,
+            self.runtime.config.lease_ttl,
+            f"the claim on step {job.key!r} of run {job.run_id}",
+            lifecycle_log.fields(job.run_id, workflow, job.key, job.traceparent),
+        ):
+            with run_log_context(job.run_id, job.traceparent, workflow):
+                result = await run_attempt(
+                    info,
+                    lambda: function(from_json(job.payload, declared_parameter(function, 0))),
+                    threaded=runs_in_thread(function),
+                    hooks=AttemptStreams(self.store, renew),
+                    slots=self.runtime.slots,
+                    timeout=job.timeout,
+                    traceparent=job.traceparent,
+                    attributes=attributes,
+                )
+                check_fits(f"result of step {job.key!r}", job.payload, result)
+        return result
+
+    async def _attempt_failed(
+        self,
+        job: StepRecord,
+        error: dict[str, Any],
+        *,
+        started: datetime,
+        workflow: str | None = None,
+    ) -> None:
+        """Record a failed attempt: scheduled again after its retry delay while it has
+        attempts left (a timer here wakes the worker then), else failed for good."""
+        attempt = job.attempts
+        if attempt >= job.max_attempts:
+            await self._record(job, "failed", error=error, started_at=started)
+            return
+        wait = retry_delay_seconds(job.retry_delay or 0, attempt, random.random())
+        lifecycle_log.attempt_will_retry(
+            job.run_id, workflow, job.key, job.traceparent, attempt, job.max_attempts, error, wait
+        )
+        due = utcnow() + timedelta(seconds=wait)
+        if await self._record(job, "scheduled", error=error, due_at=due, started_at=started):
+            self.runtime.arm_work_timer(due)
 
     async def _record(self, job: StepRecord, status: Outcome, **fields: Any) -> bool:
         """Write the job's outcome (fenced by its claim); hand it to its pass when one
@@ -374,15 +392,19 @@ class _Slot:
 
     def hold(self, job: StepRecord) -> None:
         # From before its claimed insert: the worker must not take it for an orphan.
+        """Keep ``job`` (inserted by its dispatching pass, claimed by this process) from
+        being taken for an orphan."""
         assert self._worker is not None
         self._held = (job.run_id, job.key)
         self._worker._claimed.add(self._held)
 
     def run(self, job: StepRecord) -> asyncio.Future[StepRecord | None]:
+        """Run the claimed ``job`` in this slot; its outcome, handed to the waiting pass."""
         worker = self._take()
         return worker.run_claimed(job)
 
     def release(self) -> None:
+        """Give the slot back unused."""
         if self._worker is not None:
             worker = self._take()
             if self._held is not None:

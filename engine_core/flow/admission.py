@@ -42,12 +42,14 @@ import asyncio
 import logging
 import time
 from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from engine_core.common.periodic import Periodic
+from engine_core.common.runtime import Runtime
 from engine_core.flow.queues import QueueLimits, Rate
-from engine_core.periodic import Periodic
 from engine_core.records import TERMINAL, QueueState, RunRecord, utcnow
-from engine_core.runtime import Runtime
 from engine_core.store import Store
 
 log = logging.getLogger("engine_core.flow.admission")
@@ -61,6 +63,23 @@ POLL_S = 1.0
 COALESCE_S = 0.005
 #: Entries of the rate window kept at most (see the module's docstring).
 WINDOW_ENTRIES = 64
+
+
+@dataclass(frozen=True)
+class _Room:
+    """What one admission round may admit: the head of the line not reserved yet, the
+    runs a round reserved that are still in the line (``waiting``), the holders an
+    earlier version kept (``legacy``), the rate window, the free slots, the admitted
+    runs counted (``held``; ``counted``: exactly) and those of each key."""
+
+    line: list[RunRecord]
+    waiting: list[RunRecord]
+    legacy: dict[str, str | None]
+    window: list[tuple[datetime, int]]
+    free: float
+    held: int
+    counted: bool
+    per_key: Counter[str | None]
 
 
 class Admitter:
@@ -91,9 +110,11 @@ class Admitter:
         self._loop.wake()
 
     def start(self) -> None:
+        """Start admitting from this queue's line."""
         self._loop.start()
 
     async def stop(self) -> None:
+        """Stop admitting (a round in progress is cancelled)."""
         await self._loop.stop()
 
     async def _turn(self) -> float:
@@ -117,6 +138,32 @@ class Admitter:
             return len(line) == BATCH
         state = await self.store.get_queue_state(limits.name) or QueueState(limits.name)
         now = utcnow()
+        room = await self._room(state, line, now)
+        picked, full = self._pick(room.line, room.free, room.per_key)
+        if not picked:
+            if room.waiting:
+                await self._admit(room.waiting)
+            self._arm_rate_wake(room.window, now)
+            return False
+        saved = QueueState(
+            name=limits.name,
+            version=state.version + 1,
+            held=room.held + len(picked) if limits.concurrency is not None else 0,
+            reserved=[r.run_id for r in room.waiting + picked] if limits.tracks_holders else [],
+            window=_window_with(room.window, now, len(picked)) if limits.rate is not None else [],
+            minutes=_count_minutes(state.minutes, now, len(picked)),
+            legacy=room.legacy,
+        )
+        if not await self.store.save_queue_state(saved, expect_version=state.version):
+            return True  # another admitter moved first: read again
+        self._counted = self._counted or room.counted
+        await self._admit(room.waiting + picked)
+        return not full and len(room.line) == BATCH
+
+    async def _room(self, state: QueueState, line: list[RunRecord], now: datetime) -> _Room:
+        """What the limits leave for ``line`` (the head of the queue's line) as ``state``
+        and the admitted runs stand now."""
+        limits = self.limits
         window = _live_window(state.window, now, limits.rate)
         waiting: list[RunRecord] = []  # reserved by a round, still in the line
         if state.reserved and limits.tracks_holders:
@@ -137,32 +184,20 @@ class Admitter:
                 held = len(waiting) + await self.store.count_admitted(limits.name)
                 counted = True
             free = min(free, limits.concurrency - held - len(legacy))
+        per_key = await self._per_key(line, waiting, legacy)
+        return _Room(line, waiting, legacy, window, free, held, counted, per_key)
+
+    async def _per_key(
+        self, line: list[RunRecord], waiting: list[RunRecord], legacy: dict[str, str | None]
+    ) -> Counter[str | None]:
+        """The admitted runs of each key of ``line`` (with ``key_concurrency``)."""
         per_key: Counter[str | None] = Counter()
-        if limits.key_concurrency is not None and line:
+        if self.limits.key_concurrency is not None and line:
             keys = sorted({r.queue_key for r in line}, key=lambda k: (k is not None, k or ""))
-            per_key.update(await self.store.count_admitted_keys(limits.name, keys))
+            per_key.update(await self.store.count_admitted_keys(self.limits.name, keys))
             per_key.update(r.queue_key for r in waiting)
             per_key.update(legacy.values())
-        picked, full = self._pick(line, free, per_key)
-        if not picked:
-            if waiting:
-                await self._admit(waiting)
-            self._arm_rate_wake(window, now)
-            return False
-        saved = QueueState(
-            name=limits.name,
-            version=state.version + 1,
-            held=held + len(picked) if limits.concurrency is not None else 0,
-            reserved=[r.run_id for r in waiting + picked] if limits.tracks_holders else [],
-            window=_window_with(window, now, len(picked)) if limits.rate is not None else [],
-            minutes=_count_minutes(state.minutes, now, len(picked)),
-            legacy=legacy,
-        )
-        if not await self.store.save_queue_state(saved, expect_version=state.version):
-            return True  # another admitter moved first: read again
-        self._counted = self._counted or counted
-        await self._admit(waiting + picked)
-        return not full and len(line) == BATCH
+        return per_key
 
     def _pick(
         self, line: list[RunRecord], free: float, per_key: Counter[str | None]
@@ -263,14 +298,16 @@ def _count_minutes(
 class Admission:
     """The admitters of this process, one per declared queue."""
 
-    def __init__(self, store: Store, runtime: Runtime, queues: dict[str, QueueLimits]) -> None:
+    def __init__(self, store: Store, runtime: Runtime, queues: Mapping[str, QueueLimits]) -> None:
         self._admitters = {name: Admitter(store, runtime, q) for name, q in queues.items()}
 
     def start(self) -> None:
+        """Start an admitter for every declared queue."""
         for admitter in self._admitters.values():
             admitter.start()
 
     async def stop(self) -> None:
+        """Stop every admitter."""
         for admitter in self._admitters.values():
             await admitter.stop()
 

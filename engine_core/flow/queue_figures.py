@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from engine_core.common.status import QueueStatus
 from engine_core.flow.queues import QueueLimits, parse_rate
 from engine_core.records import utcnow
-from engine_core.status import QueueStatus
 from engine_core.store import Store
 
 
@@ -33,7 +34,7 @@ def limits_of(name: str, doc: dict[str, Any]) -> QueueLimits:
     )
 
 
-async def store_declared_limits(store: Store, declared: dict[str, QueueLimits]) -> None:
+async def store_declared_limits(store: Store, declared: Mapping[str, QueueLimits]) -> None:
     """Store the limits of the queues declared here where the store holds others (or
     none), so that any process shows them."""
     if not declared:
@@ -45,7 +46,7 @@ async def store_declared_limits(store: Store, declared: dict[str, QueueLimits]) 
             await store.put_queue_limits(name, doc)
 
 
-async def queue_figures(store: Store, declared: dict[str, QueueLimits]) -> list[QueueStatus]:
+async def queue_figures(store: Store, declared: Mapping[str, QueueLimits]) -> list[QueueStatus]:
     """The queues declared here, declared by any serving process (their limits are
     stored) or holding runs in the store, sorted by name. This process's declaration
     wins; a queue declared nowhere shows no limits."""

@@ -7,6 +7,7 @@ pass) and is remembered: when a slot frees here, the oldest such run is kicked a
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Mapping
 
 from engine_core.flow.queues import QueueLimits
 from engine_core.records import RunRecord
@@ -18,7 +19,7 @@ DEFERRED_MAX = 10_000
 class QueueSlots:
     """This process's drives of runs, counted per queue with a ``worker_concurrency``."""
 
-    def __init__(self, queues: dict[str, QueueLimits]) -> None:
+    def __init__(self, queues: Mapping[str, QueueLimits]) -> None:
         self._queues = queues
         self._driving: dict[str, int] = {}
         self._deferred: dict[str, OrderedDict[str, None]] = {}

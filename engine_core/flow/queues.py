@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from engine_core.durations import parse_duration
+from engine_core.common.durations import parse_duration
+from engine_core.common.values import check_name
 from engine_core.errors import InvalidLimitError, QueueNotDeclaredError
-from engine_core.values import check_name
 
 _RATE = re.compile(r"^\s*(\d+)\s*/\s*(.+?)\s*$")
 #: Priorities are integers in this range (stores order them exactly).
@@ -93,7 +94,7 @@ def add_queue(queues: dict[str, QueueLimits], limits: QueueLimits) -> None:
     queues[limits.name] = limits
 
 
-def declared(queues: dict[str, QueueLimits], name: object) -> QueueLimits:
+def declared(queues: Mapping[str, QueueLimits], name: object) -> QueueLimits:
     """The declared queue ``name``, or :class:`QueueNotDeclaredError`."""
     limits = queues.get(name) if isinstance(name, str) else None
     if limits is None:

@@ -14,11 +14,11 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+from engine_core.common.periodic import Periodic
+from engine_core.common.runtime import Runtime
 from engine_core.fleet.timers import Timers
-from engine_core.periodic import Periodic
 from engine_core.records import TERMINAL, RunRecord, utcnow
 from engine_core.run.control import RunControl
-from engine_core.runtime import Runtime
 from engine_core.store import Store
 
 log = logging.getLogger("engine_core.flow.run_timers")
@@ -28,6 +28,7 @@ SWEEP_BATCH = 1000
 
 
 def deadline_error(run: RunRecord) -> dict[str, Any]:
+    """The error a run cancelled by its deadline carries."""
     when = run.deadline_at.isoformat() if run.deadline_at is not None else "its deadline"
     return {
         "type": "WorkflowDeadlineExceededError",
@@ -58,9 +59,11 @@ class RunTimers:
         )
 
     def start(self) -> None:
+        """Start the loop that fires delays and deadlines due."""
         self._loop.start()
 
     async def stop(self) -> None:
+        """Cancel the armed timers and stop the loop."""
         self._timers.cancel_all()
         await self._loop.stop()
 

@@ -4,19 +4,20 @@ holding this process's lease when it may begin here at once."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
-from engine_core.durations import Duration, parse_duration
+from engine_core.common.durations import Duration, parse_duration
+from engine_core.common.values import check_name, check_run_id, to_stored
 from engine_core.errors import WorkflowNotRegisteredError
 from engine_core.flow.queues import QueueLimits, check_priority, declared
 from engine_core.records import RunRecord, utcnow
 from engine_core.run.keys import CURRENT_SCHEME
 from engine_core.tracing import new_run_traceparent
-from engine_core.values import check_name, check_run_id, to_stored
 
 
-def check_registered(workflows: dict[str, Any], workflow: str) -> None:
+def check_registered(workflows: Mapping[str, Any], workflow: str) -> None:
     """A typo in a workflow name fails at once, in client mode too."""
     if workflow not in workflows:
         raise WorkflowNotRegisteredError(
@@ -31,7 +32,7 @@ def new_run(
     *,
     run_id: str | None,
     started_by: str,
-    queues: dict[str, QueueLimits],
+    queues: Mapping[str, QueueLimits],
     queue: str | None = None,
     key: str | None = None,
     priority: int = 0,

@@ -18,9 +18,11 @@ class EventLeaseMemory:
     # ---- events -----------------------------------------------------------------
 
     async def insert_event(self, event: EventRecord) -> None:
+        """:meth:`Store.insert_event <engine_core.store.Store.insert_event>`, in memory."""
         self._events.append(clone(event))
 
     async def consume_event(self, run_id: str, name: str, consumer: str) -> EventRecord | None:
+        """:meth:`Store.consume_event <engine_core.store.Store.consume_event>`, in memory."""
         mine = [e for e in self._events if e.run_id == run_id and e.consumed_by == consumer]
         if mine:
             return clone(mine[0])
@@ -33,6 +35,7 @@ class EventLeaseMemory:
     # ---- leases -----------------------------------------------------------------
 
     async def acquire_lease(self, key: str, holder: str, ttl: float) -> Lease | None:
+        """:meth:`Store.acquire_lease <engine_core.store.Store.acquire_lease>`, in memory."""
         now = utcnow()
         current = self._leases.get(key)
         if current is not None and current.expires_at > now:
@@ -47,6 +50,7 @@ class EventLeaseMemory:
         return lease
 
     async def refresh_lease(self, lease: Lease, ttl: float) -> Lease | None:
+        """:meth:`Store.refresh_lease <engine_core.store.Store.refresh_lease>`, in memory."""
         now = utcnow()
         current = self._leases.get(lease.key)
         if (
@@ -61,6 +65,7 @@ class EventLeaseMemory:
         return renewed
 
     async def release_lease(self, lease: Lease) -> None:
+        """:meth:`Store.release_lease <engine_core.store.Store.release_lease>`, in memory."""
         current = self._leases.get(lease.key)
         if current is not None and current.token == lease.token and current.holder == lease.holder:
             self._leases[lease.key] = replace(

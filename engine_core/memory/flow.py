@@ -30,10 +30,13 @@ class FlowMemory:
     # ---- flow control: queues, delays, deadlines ---------------------------------
 
     async def get_queue_state(self, name: str) -> QueueState | None:
+        """:meth:`Store.get_queue_state <engine_core.store.Store.get_queue_state>`, in memory."""
         state = self._queues.get(name)
         return clone(state) if state is not None else None
 
     async def save_queue_state(self, state: QueueState, *, expect_version: int) -> bool:
+        """:meth:`Store.save_queue_state <engine_core.store.Store.save_queue_state>`, in
+        memory."""
         stored = self._queues.get(state.name)
         if (stored.version if stored is not None else 0) != expect_version:
             return False
@@ -43,6 +46,7 @@ class FlowMemory:
     async def queued_runs(
         self, queue: str, *, limit: int, after: LinePage | None = None
     ) -> list[RunRecord]:
+        """:meth:`Store.queued_runs <engine_core.store.Store.queued_runs>`, in memory."""
         start = (after.priority, after.created_at, after.run_id) if after is not None else None
         line = sorted(
             (r for r in self._runs.values() if _in_line(r, queue)),
@@ -53,6 +57,7 @@ class FlowMemory:
         return [clone(r) for r in line[:limit]]
 
     async def admit_runs(self, runs: Sequence[RunRecord]) -> int:
+        """:meth:`Store.admit_runs <engine_core.store.Store.admit_runs>`, in memory."""
         moved = 0
         for run_id in dict.fromkeys(r.run_id for r in runs):
             run = self._runs.get(run_id)
@@ -62,11 +67,14 @@ class FlowMemory:
         return moved
 
     async def count_admitted(self, queue: str) -> int:
+        """:meth:`Store.count_admitted <engine_core.store.Store.count_admitted>`, in memory."""
         return sum(1 for r in self._runs.values() if _admitted(r, queue))
 
     async def count_admitted_keys(
         self, queue: str, keys: Sequence[str | None]
     ) -> dict[str | None, int]:
+        """:meth:`Store.count_admitted_keys <engine_core.store.Store.count_admitted_keys>`,
+        in memory."""
         wanted = set(keys)
         counts: dict[str | None, int] = {}
         for run in self._runs.values():
@@ -77,6 +85,8 @@ class FlowMemory:
     async def admit_run_holding(
         self, run: RunRecord, *, holder: str, ttl: float
     ) -> RunRecord | None:
+        """:meth:`Store.admit_run_holding <engine_core.store.Store.admit_run_holding>`, in
+        memory."""
         stored = self._runs.get(run.run_id)
         if (
             stored is None
@@ -102,6 +112,8 @@ class FlowMemory:
         run.updated_at = utcnow()
 
     async def find_delayed_runs(self, before: datetime, limit: int) -> list[RunRecord]:
+        """:meth:`Store.find_delayed_runs <engine_core.store.Store.find_delayed_runs>`, in
+        memory."""
         found = sorted(
             (
                 r
@@ -113,6 +125,8 @@ class FlowMemory:
         return [clone(r) for r in found[:limit]]
 
     async def release_delayed_runs(self, runs: Sequence[RunRecord]) -> list[RunRecord]:
+        """:meth:`Store.release_delayed_runs
+        <engine_core.store.Store.release_delayed_runs>`, in memory."""
         released = []
         for run_id in dict.fromkeys(r.run_id for r in runs):
             run = self._runs.get(run_id)
@@ -125,12 +139,14 @@ class FlowMemory:
         return released
 
     async def dedup_holder(self, queue: str | None, dedup_id: str) -> str | None:
+        """:meth:`Store.dedup_holder <engine_core.store.Store.dedup_holder>`, in memory."""
         holder = self._runs.get(self._dedup.get((queue or "", dedup_id), ""))
         return holder.run_id if holder is not None and holder.status not in TERMINAL else None
 
     async def reenter_run(
         self, run: RunRecord, *, expect: Sequence[RunState], forget: Iterable[str] = ()
     ) -> RunRecord | None:
+        """:meth:`Store.reenter_run <engine_core.store.Store.reenter_run>`, in memory."""
         stored = self._runs.get(run.run_id)
         if stored is None or stored.status not in expect:
             return None
@@ -157,6 +173,7 @@ class FlowMemory:
         return clone(stored)
 
     async def find_deadlines(self, before: datetime, limit: int) -> list[RunRecord]:
+        """:meth:`Store.find_deadlines <engine_core.store.Store.find_deadlines>`, in memory."""
         found = sorted(
             (
                 r
@@ -168,6 +185,7 @@ class FlowMemory:
         return [clone(r) for r in found[:limit]]
 
     async def count_queue(self, queue: str) -> dict[str, int]:
+        """:meth:`Store.count_queue <engine_core.store.Store.count_queue>`, in memory."""
         counts: dict[str, int] = {}
         for run in self._runs.values():
             if run.queue == queue and run.status not in TERMINAL:
@@ -175,22 +193,27 @@ class FlowMemory:
         return counts
 
     async def queue_names(self) -> list[str]:
+        """:meth:`Store.queue_names <engine_core.store.Store.queue_names>`, in memory."""
         live = {r.queue for r in self._runs.values() if r.queue and r.status not in TERMINAL}
         return sorted(live | set(self._queues))
 
     # ---- schedules --------------------------------------------------------------
 
     async def put_schedule(self, schedule: ScheduleRecord) -> None:
+        """:meth:`Store.put_schedule <engine_core.store.Store.put_schedule>`, in memory."""
         self._schedules[schedule.name] = clone(schedule)
 
     async def get_schedule(self, name: str) -> ScheduleRecord | None:
+        """:meth:`Store.get_schedule <engine_core.store.Store.get_schedule>`, in memory."""
         found = self._schedules.get(name)
         return clone(found) if found is not None else None
 
     async def list_schedules(self) -> list[ScheduleRecord]:
+        """:meth:`Store.list_schedules <engine_core.store.Store.list_schedules>`, in memory."""
         return [clone(self._schedules[name]) for name in sorted(self._schedules)]
 
     async def delete_schedule(self, name: str) -> bool:
+        """:meth:`Store.delete_schedule <engine_core.store.Store.delete_schedule>`, in memory."""
         return self._schedules.pop(name, None) is not None
 
     async def set_schedule_paused(
@@ -201,6 +224,8 @@ class FlowMemory:
         next_fire_at: datetime | None = None,
         updated_at: datetime,
     ) -> ScheduleRecord | None:
+        """:meth:`Store.set_schedule_paused <engine_core.store.Store.set_schedule_paused>`,
+        in memory."""
         found = self._schedules.get(name)
         if found is None:
             return None
@@ -213,6 +238,8 @@ class FlowMemory:
     async def advance_schedule(
         self, name: str, *, expect: datetime, next_fire_at: datetime
     ) -> bool:
+        """:meth:`Store.advance_schedule <engine_core.store.Store.advance_schedule>`, in
+        memory."""
         found = self._schedules.get(name)
         if found is None or found.next_fire_at != expect:
             return False

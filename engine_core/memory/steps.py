@@ -24,11 +24,13 @@ class StepMemory:
     _scheduled: list[tuple[datetime, str, str]] | None
 
     async def load_steps(self, run_id: str) -> list[StepRecord]:
+        """:meth:`Store.load_steps <engine_core.store.Store.load_steps>`, in memory."""
         return [clone(s) for (rid, _), s in self._steps.items() if rid == run_id]
 
     async def load_steps_of(
         self, run_ids: Sequence[str], *, lean: bool = False
     ) -> dict[str, list[StepRecord]]:
+        """:meth:`Store.load_steps_of <engine_core.store.Store.load_steps_of>`, in memory."""
         found: dict[str, list[StepRecord]] = {run_id: [] for run_id in run_ids}
         for (rid, _), step in self._steps.items():
             if rid in found:
@@ -36,14 +38,17 @@ class StepMemory:
         return found
 
     async def get_step(self, run_id: str, key: str) -> StepRecord | None:
+        """:meth:`Store.get_step <engine_core.store.Store.get_step>`, in memory."""
         step = self._steps.get((run_id, key))
         return clone(step) if step is not None else None
 
     async def get_steps(self, run_id: str, keys: Iterable[str]) -> list[StepRecord]:
+        """:meth:`Store.get_steps <engine_core.store.Store.get_steps>`, in memory."""
         found = (self._steps.get((run_id, key)) for key in set(keys))
         return [clone(s) for s in found if s is not None]
 
     async def save_steps(self, steps: Sequence[StepRecord]) -> None:
+        """:meth:`Store.save_steps <engine_core.store.Store.save_steps>`, in memory."""
         for step in steps:
             stored = self._steps.get((step.run_id, step.key))
             if stored is None or stored.attempts <= step.attempts:
@@ -51,6 +56,7 @@ class StepMemory:
                 self._scheduled = None
 
     async def insert_step(self, step: StepRecord) -> bool:
+        """:meth:`Store.insert_step <engine_core.store.Store.insert_step>`, in memory."""
         if (step.run_id, step.key) in self._steps:
             return False
         self._steps[(step.run_id, step.key)] = clone(step)
@@ -58,6 +64,7 @@ class StepMemory:
         return True
 
     def job_hints(self) -> AsyncIterator[None] | None:
+        """:meth:`Store.job_hints <engine_core.store.Store.job_hints>`, in memory."""
         return None  # one process: the engine wakes its worker itself
 
     async def update_step(
@@ -69,6 +76,7 @@ class StepMemory:
         changes: dict[str, Any],
         entry: AttemptEntry | None = None,
     ) -> bool:
+        """:meth:`Store.update_step <engine_core.store.Store.update_step>`, in memory."""
         unknown = set(changes) - _STEP_FIELDS
         if unknown:
             raise ValueError(f"unknown step fields {sorted(unknown)}")
@@ -85,6 +93,8 @@ class StepMemory:
         return True
 
     async def find_unnotified_steps(self, before: datetime, limit: int) -> list[StepRecord]:
+        """:meth:`Store.find_unnotified_steps
+        <engine_core.store.Store.find_unnotified_steps>`, in memory."""
         found = sorted(
             (
                 s
@@ -98,6 +108,7 @@ class StepMemory:
     async def claim_steps(
         self, functions: Sequence[str], *, holder: str, claim_ttl: float, limit: int
     ) -> list[StepRecord]:
+        """:meth:`Store.claim_steps <engine_core.store.Store.claim_steps>`, in memory."""
         now = utcnow()
         wanted = set(functions)
         due = sorted(
@@ -124,6 +135,7 @@ class StepMemory:
         return [clone(s) for s in due]
 
     async def find_claims(self, holder: str) -> list[StepRecord]:
+        """:meth:`Store.find_claims <engine_core.store.Store.find_claims>`, in memory."""
         return [
             clone(s)
             for s in self._steps.values()
@@ -131,6 +143,8 @@ class StepMemory:
         ]
 
     async def requeue_lapsed_claims(self) -> int:
+        """:meth:`Store.requeue_lapsed_claims
+        <engine_core.store.Store.requeue_lapsed_claims>`, in memory."""
         now = utcnow()
         lapsed = [
             s
@@ -153,6 +167,7 @@ class StepMemory:
     async def extend_claim(
         self, run_id: str, key: str, *, holder: str, attempt: int, claim_ttl: float
     ) -> bool:
+        """:meth:`Store.extend_claim <engine_core.store.Store.extend_claim>`, in memory."""
         step = self._steps.get((run_id, key))
         if (
             step is None
@@ -165,6 +180,7 @@ class StepMemory:
         return True
 
     async def halt_steps(self, run_id: str, halted: bool) -> None:
+        """:meth:`Store.halt_steps <engine_core.store.Store.halt_steps>`, in memory."""
         for (rid, _), step in self._steps.items():
             if rid == run_id and step.kind == "dispatch":
                 step.halted = halted
@@ -172,6 +188,8 @@ class StepMemory:
     async def find_scheduled_steps(
         self, limit: int, after: StepPage | None = None
     ) -> list[StepRecord]:
+        """:meth:`Store.find_scheduled_steps
+        <engine_core.store.Store.find_scheduled_steps>`, in memory."""
         if self._scheduled is None:
             self._scheduled = sorted(
                 _step_order(s)

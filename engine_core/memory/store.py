@@ -51,14 +51,17 @@ class InMemoryStore(StepMemory, EventLeaseMemory, FlowMemory, WorkerMemory, Stre
         self._queue_limits: dict[str, dict[str, Any]] = {}
 
     async def init(self) -> None:
+        """:meth:`Store.init <engine_core.store.Store.init>`, in memory."""
         return None
 
     async def close(self) -> None:
+        """:meth:`Store.close <engine_core.store.Store.close>`, in memory."""
         return None
 
     # ---- runs -------------------------------------------------------------------
 
     async def insert_run(self, run: RunRecord) -> RunRecord | None:
+        """:meth:`Store.insert_run <engine_core.store.Store.insert_run>`, in memory."""
         existing = self._runs.get(run.run_id)
         if existing is not None:
             return clone(existing)
@@ -77,12 +80,14 @@ class InMemoryStore(StepMemory, EventLeaseMemory, FlowMemory, WorkerMemory, Stre
         return None
 
     async def get_run(self, run_id: str) -> RunRecord | None:
+        """:meth:`Store.get_run <engine_core.store.Store.get_run>`, in memory."""
         run = self._runs.get(run_id)
         return clone(run) if run is not None else None
 
     async def get_runs(
         self, run_ids: Sequence[str], *, status_in: Sequence[str] | None = None
     ) -> list[RunRecord]:
+        """:meth:`Store.get_runs <engine_core.store.Store.get_runs>`, in memory."""
         found = (self._runs.get(run_id) for run_id in set(run_ids))
         return [
             clone(r)
@@ -99,6 +104,7 @@ class InMemoryStore(StepMemory, EventLeaseMemory, FlowMemory, WorkerMemory, Stre
         held: int | None = None,
         workflows: Sequence[str] | None = None,
     ) -> RunRecord | None:
+        """:meth:`Store.begin_pass <engine_core.store.Store.begin_pass>`, in memory."""
         run = self._runs.get(run_id)
         if run is None or (workflows is not None and run.workflow not in workflows):
             return None
@@ -120,6 +126,7 @@ class InMemoryStore(StepMemory, EventLeaseMemory, FlowMemory, WorkerMemory, Stre
         return begun
 
     async def extend_pass(self, run_id: str, *, token: int, ttl: float) -> bool:
+        """:meth:`Store.extend_pass <engine_core.store.Store.extend_pass>`, in memory."""
         run = self._runs.get(run_id)
         if run is None or run.token != token or run.lease_expires_at is None:
             return False
@@ -127,6 +134,7 @@ class InMemoryStore(StepMemory, EventLeaseMemory, FlowMemory, WorkerMemory, Stre
         return True
 
     async def release_pass(self, run_id: str, *, token: int) -> None:
+        """:meth:`Store.release_pass <engine_core.store.Store.release_pass>`, in memory."""
         run = self._runs.get(run_id)
         if run is not None and run.token == token:
             run.lease_expires_at = None
@@ -164,6 +172,7 @@ class InMemoryStore(StepMemory, EventLeaseMemory, FlowMemory, WorkerMemory, Stre
         order: int | None = None,
         group: int | None = None,
     ) -> bool:
+        """:meth:`Store.start_step <engine_core.store.Store.start_step>`, in memory."""
         run = self._fenced(run_id, token, (status,))
         if run is None:
             return False
@@ -182,6 +191,7 @@ class InMemoryStore(StepMemory, EventLeaseMemory, FlowMemory, WorkerMemory, Stre
         done: Iterable[str] = (),
         forget: Iterable[str] = (),
     ) -> bool:
+        """:meth:`Store.record_steps <engine_core.store.Store.record_steps>`, in memory."""
         run = self._fenced(run_id, token, (status,))
         if run is None:
             return False
@@ -202,6 +212,7 @@ class InMemoryStore(StepMemory, EventLeaseMemory, FlowMemory, WorkerMemory, Stre
         idle_only: bool = False,
         keep_lease: bool = False,
     ) -> bool:
+        """:meth:`Store.settle_run <engine_core.store.Store.settle_run>`, in memory."""
         run = self._fenced(run_id, token, expect)
         if run is None or (idle_only and run.pending_pass):
             return False
@@ -217,6 +228,7 @@ class InMemoryStore(StepMemory, EventLeaseMemory, FlowMemory, WorkerMemory, Stre
         return True
 
     async def request_pass(self, run_id: str, *, changed: str | None = None) -> None:
+        """:meth:`Store.request_pass <engine_core.store.Store.request_pass>`, in memory."""
         run = self._runs.get(run_id)
         if run is not None:
             run.pending_pass = True
@@ -224,6 +236,7 @@ class InMemoryStore(StepMemory, EventLeaseMemory, FlowMemory, WorkerMemory, Stre
                 run.changed.append(changed)
 
     async def request_passes(self, run_ids: Sequence[str]) -> None:
+        """:meth:`Store.request_passes <engine_core.store.Store.request_passes>`, in memory."""
         for run_id in run_ids:
             await self.request_pass(run_id)
 
@@ -237,6 +250,7 @@ class InMemoryStore(StepMemory, EventLeaseMemory, FlowMemory, WorkerMemory, Stre
         request_pass: bool = False,
         forget: Iterable[str] = (),
     ) -> RunRecord | None:
+        """:meth:`Store.set_run_status <engine_core.store.Store.set_run_status>`, in memory."""
         run = self._runs.get(run_id)
         if run is None or run.status not in expect:
             return None
@@ -254,6 +268,7 @@ class InMemoryStore(StepMemory, EventLeaseMemory, FlowMemory, WorkerMemory, Stre
 
     async def fork_run(self, run: RunRecord, steps: Sequence[StepRecord]) -> RunRecord | None:
         # No await in between: the steps and the run land together or not at all.
+        """:meth:`Store.fork_run <engine_core.store.Store.fork_run>`, in memory."""
         existing = self._runs.get(run.run_id)
         if existing is not None:
             return clone(existing)
@@ -264,6 +279,7 @@ class InMemoryStore(StepMemory, EventLeaseMemory, FlowMemory, WorkerMemory, Stre
         return taken
 
     async def list_forks(self, run_id: str, *, limit: int) -> list[str]:
+        """:meth:`Store.list_forks <engine_core.store.Store.list_forks>`, in memory."""
         forks = [
             r
             for r in self._runs.values()
@@ -273,12 +289,16 @@ class InMemoryStore(StepMemory, EventLeaseMemory, FlowMemory, WorkerMemory, Stre
         return [r.run_id for r in forks[:limit]]
 
     async def clean_forks(self, before: datetime) -> int:
+        """:meth:`Store.clean_forks <engine_core.store.Store.clean_forks>`, in memory."""
         return 0  # a fork is made in one step here: none is ever half-made
 
     async def list_child_runs(self, run_id: str) -> list[RunRecord]:
+        """:meth:`Store.list_child_runs <engine_core.store.Store.list_child_runs>`, in memory."""
         return [clone(r) for r in self._runs.values() if r.parent_run_id == run_id]
 
     async def find_runs_needing_pass(self, workflows: Sequence[str], limit: int) -> list[str]:
+        """:meth:`Store.find_runs_needing_pass
+        <engine_core.store.Store.find_runs_needing_pass>`, in memory."""
         wanted = set(workflows)
         found = sorted(
             (
@@ -293,6 +313,7 @@ class InMemoryStore(StepMemory, EventLeaseMemory, FlowMemory, WorkerMemory, Stre
     async def find_idle_runs(
         self, before: datetime, limit: int, *, in_flight_only: bool = False
     ) -> list[RunRecord]:
+        """:meth:`Store.find_idle_runs <engine_core.store.Store.find_idle_runs>`, in memory."""
         found = sorted(
             (
                 r
@@ -319,6 +340,7 @@ class InMemoryStore(StepMemory, EventLeaseMemory, FlowMemory, WorkerMemory, Stre
         order: str = "id",
         lean: bool = False,  # whole records: a copy costs no more than a lean one
     ) -> list[RunRecord]:
+        """:meth:`Store.list_runs <engine_core.store.Store.list_runs>`, in memory."""
         if order != "id":
             return self._list_by_time(
                 workflow,
@@ -390,6 +412,7 @@ class InMemoryStore(StepMemory, EventLeaseMemory, FlowMemory, WorkerMemory, Stre
         return [clone(r) for r in found[:limit]]
 
     async def delete_runs(self, *, finished_before: datetime, limit: int) -> int:
+        """:meth:`Store.delete_runs <engine_core.store.Store.delete_runs>`, in memory."""
         doomed = sorted(
             r.run_id
             for r in self._runs.values()
@@ -407,6 +430,7 @@ class InMemoryStore(StepMemory, EventLeaseMemory, FlowMemory, WorkerMemory, Stre
     # ---- operating (the dashboard) ----------------------------------------------
 
     async def count_runs(self, *, workflow: str | None = None) -> dict[str, int]:
+        """:meth:`Store.count_runs <engine_core.store.Store.count_runs>`, in memory."""
         counts: dict[str, int] = {}
         for run in self._runs.values():
             if workflow is None or run.workflow == workflow:
@@ -414,10 +438,15 @@ class InMemoryStore(StepMemory, EventLeaseMemory, FlowMemory, WorkerMemory, Stre
         return counts
 
     async def put_queue_limits(self, name: str, limits: dict[str, Any]) -> None:
+        """:meth:`Store.put_queue_limits <engine_core.store.Store.put_queue_limits>`, in
+        memory."""
         self._queue_limits[name] = dict(limits)
 
     async def list_queue_limits(self) -> dict[str, dict[str, Any]]:
+        """:meth:`Store.list_queue_limits <engine_core.store.Store.list_queue_limits>`, in
+        memory."""
         return {name: dict(limits) for name, limits in self._queue_limits.items()}
 
     async def list_workflows(self) -> list[str]:
+        """:meth:`Store.list_workflows <engine_core.store.Store.list_workflows>`, in memory."""
         return sorted({run.workflow for run in self._runs.values()})

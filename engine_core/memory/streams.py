@@ -24,6 +24,7 @@ class StreamMemory:
             self._stream_waiters = set()
 
     async def append_stream(self, entry: StreamEntry) -> StreamEntry | None:
+        """:meth:`Store.append_stream <engine_core.store.Store.append_stream>`, in memory."""
         self._stream_tables()
         entries = self._streams.setdefault((entry.run_id, entry.key), [])
         if entry.position < len(entries):
@@ -41,6 +42,7 @@ class StreamMemory:
     async def stream_entries(
         self, run_id: str, key: str, *, offset: int, limit: int
     ) -> list[StreamEntry]:
+        """:meth:`Store.stream_entries <engine_core.store.Store.stream_entries>`, in memory."""
         self._stream_tables()
         entries = self._streams.get((run_id, key), [])
         return [
@@ -49,14 +51,17 @@ class StreamMemory:
         ]
 
     async def stream_length(self, run_id: str, key: str) -> int:
+        """:meth:`Store.stream_length <engine_core.store.Store.stream_length>`, in memory."""
         self._stream_tables()
         return len(self._streams.get((run_id, key), []))
 
     async def list_streams(self, run_id: str) -> list[str]:
+        """:meth:`Store.list_streams <engine_core.store.Store.list_streams>`, in memory."""
         self._stream_tables()
         return sorted(k for (r, k), entries in self._streams.items() if r == run_id and entries)
 
     def stream_hints(self, run_id: str) -> AsyncIterator[None] | None:
+        """:meth:`Store.stream_hints <engine_core.store.Store.stream_hints>`, in memory."""
         self._stream_tables()
         return self._hints()
 
@@ -71,12 +76,14 @@ class StreamMemory:
             self._stream_waiters.discard(waiter)
 
     async def put_heartbeat(self, run_id: str, key: str, *, attempt: int, details: Any) -> None:
+        """:meth:`Store.put_heartbeat <engine_core.store.Store.put_heartbeat>`, in memory."""
         self._stream_tables()
         kept = self._heartbeats.get((run_id, key))
         if kept is None or kept[0] <= attempt:
             self._heartbeats[(run_id, key)] = (attempt, clone(details))
 
     async def get_heartbeat(self, run_id: str, key: str) -> tuple[int, Any] | None:
+        """:meth:`Store.get_heartbeat <engine_core.store.Store.get_heartbeat>`, in memory."""
         self._stream_tables()
         kept = self._heartbeats.get((run_id, key))
         return None if kept is None else (kept[0], clone(kept[1]))

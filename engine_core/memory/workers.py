@@ -19,12 +19,15 @@ class WorkerMemory:
         return self._workers
 
     async def put_worker(self, worker: Worker) -> None:
+        """:meth:`Store.put_worker <engine_core.store.Store.put_worker>`, in memory."""
         self._worker_table()[worker.instance_id] = _copy(worker)
 
     async def delete_worker(self, instance_id: str) -> None:
+        """:meth:`Store.delete_worker <engine_core.store.Store.delete_worker>`, in memory."""
         self._worker_table().pop(instance_id, None)
 
     async def list_workers(self) -> list[Worker]:
+        """:meth:`Store.list_workers <engine_core.store.Store.list_workers>`, in memory."""
         now = utcnow()
         live = [_copy(w) for w in self._worker_table().values() if w.expires_at > now]
         return sorted(live, key=lambda w: (w.started_at, w.instance_id))

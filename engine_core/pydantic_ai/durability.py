@@ -52,13 +52,13 @@ from pydantic_ai.run import AgentRunResult
 from pydantic_ai.tool_manager import ToolManager
 from pydantic_ai.tools import AgentDepsT, RunContext, ToolDefinition
 
+from engine_core.common.values import check_retries
 from engine_core.errors import InvalidOptionError, NotSerializableError
 from engine_core.pydantic_ai.events import AgentEvents, agent_events, run_events
 from engine_core.pydantic_ai.units import StepBackend, step_options, tool_call_scope
 from engine_core.run.body_hooks import current_workflow_context, holding_outcomes
 from engine_core.run.branches import adopting_tasks, branch_path
 from engine_core.run.context import WorkflowContext
-from engine_core.values import check_retries
 
 #: How long a finished unit's outcome waits for the next unit's write to carry it:
 #: pydantic-ai yields to the loop between an agent's units (its graph runs each node in

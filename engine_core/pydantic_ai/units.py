@@ -27,7 +27,7 @@ from pydantic_ai.durable_exec import (
 )
 from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
 
-from engine_core.durations import Duration
+from engine_core.common.durations import Duration
 from engine_core.pydantic_ai.events import run_events
 from engine_core.run.body_hooks import current_workflow_context
 

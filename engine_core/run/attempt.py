@@ -10,11 +10,11 @@ from collections.abc import Callable
 from typing import Any, cast
 
 import engine_core.metrics as metrics
+from engine_core.common.values import to_stored
 from engine_core.errors import StepFailedError
 from engine_core.run.step_info import StepHooks, StepInfo, enter_step, leave_step
 from engine_core.run.threads import call_in_thread
 from engine_core.tracing import attempt_span, record_failure, tracing_configured
-from engine_core.values import to_stored
 
 _STACK_LIMIT = 4000
 #: Longer messages are cut (keeping their start and their end): an error is stored with

@@ -47,7 +47,15 @@ class BranchOrder:
         # before anything new of their branch.
         self._unordered: dict[str, set[str]] = {}
         self._reached: set[str] = set()
+        # An adopted task's steps (``loose``): in no set order among themselves, but
+        # before the branch's own calls recorded after them (the branch awaits what it
+        # adopted, as an agent's run awaits its tool calls before its next request).
+        self._loose: dict[str, list[tuple[int, str]]] = {}
         for step in steps:
+            if step.loose:
+                if step.order is not None and step.status in ("succeeded", "failed"):
+                    self._loose.setdefault(key_branch(step.key), []).append((step.order, step.key))
+                continue
             path = key_branch(step.key)
             self._recorded.setdefault(path, set()).add(step.key)
             if step.status in ("succeeded", "failed"):
@@ -73,13 +81,19 @@ class BranchOrder:
 
     def swapped(self, key: str, order: int) -> str | None:
         """For a recorded step ``key`` reached now: a finished step recorded before it
-        and not reached, of its own branch or of a branch its branch made (or should
-        have made by now: one not made yet, or ended)."""
+        and not reached, of its own branch (or an adopted task of it) or of a branch its
+        branch made (or should have made by now: one not made yet, or ended)."""
         path = key_branch(key)
         first = self._first_unreached(path)
         if first is not None and first[0] < order:
             return first[1]
-        return self._left_behind(path, order)
+        return self._loose_behind(path, order) or self._left_behind(path, order)
+
+    def _loose_behind(self, path: str, before: int | None) -> str | None:
+        for order, key in self._loose.get(path, ()):
+            if (before is None or order < before) and key not in self._reached:
+                return key
+        return None
 
     def skipped(self, key: str) -> str | None:
         """For a new step ``key``: a finished step not reached, of its own branch or of
@@ -91,7 +105,7 @@ class BranchOrder:
         old = sorted(self._unordered.get(path, set()) - self._reached)
         if old:
             return old[0]
-        return self._left_behind(path, None)
+        return self._loose_behind(path, None) or self._left_behind(path, None)
 
     def _left_behind(self, path: str, before: int | None) -> str | None:
         """A finished step not reached (recorded before ``before``, if given) of a branch

@@ -42,7 +42,7 @@ import contextvars
 import functools
 from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from engine_core.run.keys import step_key
 
@@ -86,17 +86,20 @@ class Branch:
         "_called",
         "_counts",
         "_first",
+        "_own_calls",
         "_shared",
         "_spawned",
         "_unnamed",
         "closed",
         "group",
         "made",
+        "made_after",
         "names",
         "path",
         "root",
         "task",
         "tasks",
+        "unordered",
     )
 
     def __init__(
@@ -118,6 +121,8 @@ class Branch:
         #: is one direct call).
         self.names: Branch = names if names is not None else self
         self.closed = False
+        #: Made under :func:`adopting_tasks`: its calls arrive in no set order.
+        self.unordered = False
         #: The root's: every branch of the body that counts its own ordinals, by path.
         self.made: dict[str, Branch] = {}
         self._busy = 0
@@ -125,6 +130,9 @@ class Branch:
         self._batch = 0
         self._batch_live = 0
         self._called = False  # a call of its own since its batch began
+        self._own_calls = 0  # calls its own task made so far
+        #: Where it was made (``StepRecord.made_after``): None for the body itself.
+        self.made_after: str | None = None
         self._counts: dict[str, int] = {}
         # The first task that reached each name, the names another task reached too,
         # and the names a task the factory did not name reached.
@@ -159,6 +167,8 @@ class Branch:
         path = f"{self.path}.{index}" if self.path else str(index)
         group = self.group if self.group is not None else batch
         made = Branch(path, group=group, root=self.root, names=self.names if direct else None)
+        here_now = str(self._own_calls)
+        made.made_after = here_now if self.made_after is None else f"{self.made_after}/{here_now}"
         if not direct:
             self.root.made[path] = made
 
@@ -171,7 +181,10 @@ class Branch:
     def adopted(self) -> Branch:
         """The branch of a task this one creates under :func:`adopting_tasks`: not
         numbered among its own, its calls counting with this branch."""
-        return Branch(self.path, group=self.group, root=self.root, names=self.names)
+        made = Branch(self.path, group=self.group, root=self.root, names=self.names)
+        made.unordered = True
+        made.made_after = self.made_after
+        return made
 
     # ---- calls ---------------------------------------------------------------------
 
@@ -240,6 +253,18 @@ def adopting_tasks() -> Iterator[None]:
         _ADOPTING.reset(token)
 
 
+class Call(NamedTuple):
+    """A call of a step as a pass keys it, and where the body makes it."""
+
+    key: str
+    #: The batch of the root's it runs under (``StepRecord.group``).
+    group: int | None = None
+    #: Made by a task adopted by its branch: in no set order among the branch's calls.
+    loose: bool = False
+    #: Where its branch was made (``StepRecord.made_after``).
+    made_after: str | None = None
+
+
 class StepNames:
     """The keys of the steps one pass (or one dry replay) reaches, by branch."""
 
@@ -262,12 +287,12 @@ class StepNames:
             root.closed = True
             _BRANCH.reset(token)
 
-    def key(self, name: str) -> tuple[str, int | None]:
-        """The key of this call of step ``name``, and the batch it runs under."""
+    def key(self, name: str) -> Call:
+        """The key of this call of step ``name``, and where it is made."""
         if self.scheme < 3:
             seen = self._plain.get(name, 0)
             self._plain[name] = seen + 1
-            return step_key(name, seen, self.scheme), None
+            return Call(step_key(name, seen, self.scheme))
         branch, task, named = here(self.root)
         names = branch.names
         try:
@@ -275,7 +300,12 @@ class StepNames:
         except Ambiguous as exc:
             exc.key = step_key(name, exc.seen, self.scheme, names.path)
             raise
-        return step_key(name, n, self.scheme, names.path), branch.group
+        return Call(
+            step_key(name, n, self.scheme, names.path),
+            group=branch.group,
+            loose=branch.unordered,
+            made_after=branch.made_after,
+        )
 
     def by_branch(self) -> StepNames | None:
         """Itself, when the run's keys count by branch (scheme 3): divergence is then
@@ -302,7 +332,7 @@ class StepNames:
         compensates after the body, for one)."""
         if not self.root.closed:
             return
-        branch = _BRANCH.get()
+        branch = _running(asyncio.current_task())
         if branch is not None and branch.root is self.root:
             if asyncio.current_task() is not self.root.task:
                 raise asyncio.CancelledError("the pass of this branch of the body is over")
@@ -319,6 +349,7 @@ class StepNames:
             return None
         branch._busy += 1
         branch._called = True
+        branch._own_calls += 1
         return branch
 
 

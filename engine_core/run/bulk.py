@@ -35,6 +35,7 @@ class RunFilter:
     error_type: str | None = None
 
     def takes(self, run: RunRecord) -> bool:
+        """Whether ``run`` passes the filters the store cannot apply (the error type)."""
         if self.error_type is None:
             return True
         error = run.error or {}

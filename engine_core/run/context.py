@@ -15,13 +15,13 @@ from typing import (
     overload,
 )
 
-from engine_core.convert import declared_return
-from engine_core.durations import Duration
+from engine_core.common.convert import declared_return
+from engine_core.common.durations import Duration
+from engine_core.common.outages import StoreDown
+from engine_core.common.values import check_name
 from engine_core.errors import StoreUnavailableError
-from engine_core.outages import StoreDown
 from engine_core.run.branches import StepNames, mark_call
 from engine_core.run.mismatch import as_declared
-from engine_core.values import check_name
 
 
 class StepRunner(Protocol):
@@ -458,18 +458,3 @@ def mark_registered(fn: Callable[..., Any], kind: str, name: str) -> None:
     except AttributeError:
         return  # no attributes (a builtin): only its name will do
     names.setdefault(kind, name)
-
-
-def register_fn(registry: dict[str, Any], name: str, what: str) -> Callable[[_F], _F]:
-    """A decorator that registers a function in ``registry`` as the ``what`` ``name``
-    (the same function again is fine; another under a taken name is a ``ValueError``)."""
-    check_name(name, f"{what} name")
-
-    def register(fn: _F) -> _F:
-        if name in registry and registry[name] is not fn:
-            raise ValueError(f"a {what} named {name!r} is already registered")
-        registry[name] = fn
-        mark_registered(fn, what, name)
-        return fn
-
-    return register

@@ -15,7 +15,9 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-import engine_core.lifecycle_log as lifecycle_log
+import engine_core.common.lifecycle_log as lifecycle_log
+from engine_core.common.runtime import Runtime
+from engine_core.common.values import check_name, check_run_id, to_stored
 from engine_core.errors import RunNotActiveError, RunNotFoundError
 from engine_core.mirror import mirror_run, mirror_step
 from engine_core.records import (
@@ -30,14 +32,13 @@ from engine_core.records import (
 from engine_core.run.keys import CURRENT_SCHEME
 from engine_core.run.reentry import check_dedup_free, reenter
 from engine_core.run.transitions import child_ended, retried, told, write
-from engine_core.runtime import Runtime
 from engine_core.store import Store
-from engine_core.values import check_name, check_run_id, to_stored
 
 log = logging.getLogger("engine_core")
 
 
 def cancelled_error(run_id: str) -> dict[str, Any]:
+    """The error a cancelled run carries."""
     return {"type": "WorkflowRunCancelledError", "message": f"run {run_id!r} was cancelled"}
 
 
@@ -140,6 +141,8 @@ class RunControl:
                 await self.cancel(child.run_id, compensate=compensate)
 
     async def suspend(self, run_id: str) -> None:
+        """``engine.suspend``: a running run stops at its next step boundary and waits for
+        ``resume``."""
         run = await self.get(run_id)
         updated = await self.store.set_run_status(run.run_id, "suspended", expect=("running",))
         if updated is not None:
@@ -153,6 +156,7 @@ class RunControl:
         await self.reconcile_halt(run_id)
 
     async def resume(self, run_id: str) -> None:
+        """``engine.resume``: a suspended run runs again (a pass is owed)."""
         run = await self.get(run_id)
         updated = await self.store.set_run_status(
             run.run_id, "running", expect=("suspended",), request_pass=True
@@ -241,6 +245,7 @@ class RunControl:
     async def start_child(
         self, parent: RunRecord, key: str, child_id: str, workflow: str, input: Any
     ) -> None:
+        """Start the child run ``child_id`` of ``parent`` (its step ``key``), idempotently."""
         now = utcnow()
         child = RunRecord(
             run_id=child_id,

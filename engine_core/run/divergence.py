@@ -33,6 +33,7 @@ from typing import Any, NoReturn
 from engine_core.errors import NonDeterminismError
 from engine_core.records import StepRecord
 from engine_core.run.branch_order import BranchOrder, BranchView
+from engine_core.run.branches import Call
 
 #: The kinds of step a workflow body reaches (compensations and patch markers are not
 #: reached by the body, so they take no part in the order).
@@ -95,6 +96,13 @@ def _callable_name(fn: Callable[..., Any]) -> str:
     return found
 
 
+def _made(made_after: str | None) -> str:
+    """Where a branch was made, as an error tells it."""
+    if made_after is None:
+        return "by no one (the body itself)"
+    return f"after {made_after.replace('/', ', then ')} call(s) of its makers"
+
+
 def describe(kind: str, ran: str | None) -> str:
     """A step's kind and callable, as an error shows them."""
     return kind if ran is None else f"{kind} {ran}"
@@ -110,6 +118,7 @@ class Mismatch:
     reason: str
 
     def error(self) -> NonDeterminismError:
+        """The error the divergent pass suspends the run with."""
         return NonDeterminismError(
             f"step {self.step!r}: {self.reason}: recorded {self.recorded}, the code {self.found}",
             step=self.step,
@@ -161,6 +170,24 @@ class ReplayChecks:
         self.mismatch: Mismatch | None = None
         self._reached: set[str] = set()
         self._count = 0
+        self._scan(steps)
+        # The highest order this pass reached so far.
+        self._high = -1
+        #: Steps first started by this pass: their order and callable, for their record.
+        self._new: dict[str, tuple[int, str | None]] = {}
+        #: The batch of the root's each step this pass reached runs under (see
+        #: ``engine_core.run.branches``), for the record of the new ones.
+        self._groups: dict[str, int | None] = {}
+        #: Steps reached by adopted tasks in this pass (see ``note_place``).
+        self._loose: set[str] = set()
+        #: Where the branch that reached each step was made (see ``note_place``).
+        self._made_after: dict[str, str] = {}
+        #: ``ctx.patched`` answers given in this pass.
+        self.patches: dict[str, bool] = {}
+
+    def _scan(self, steps: dict[str, StepRecord]) -> None:
+        """What the pass begins with: the recorded steps of the body, finished or
+        waiting, their orders and the orders no record holds."""
         # Finished steps of the body not reached yet (with an order or not), and those
         # with an order, by order.
         self._unreached: set[str] = set()
@@ -190,15 +217,6 @@ class ReplayChecks:
         self._ordered = ordered
         self._at = 0
         self._next = top + 1
-        # The highest order this pass reached so far.
-        self._high = -1
-        #: Steps first started by this pass: their order and callable, for their record.
-        self._new: dict[str, tuple[int, str | None]] = {}
-        #: The batch of the root's each step this pass reached runs under (see
-        #: ``engine_core.run.branches``), for the record of the new ones.
-        self._groups: dict[str, int | None] = {}
-        #: ``ctx.patched`` answers given in this pass.
-        self.patches: dict[str, bool] = {}
 
     # ---- what a pass asks --------------------------------------------------------
 
@@ -212,27 +230,7 @@ class ReplayChecks:
         self._count += 1
         recorded = self._steps.get(key)
         if recorded is None:
-            if self._vacant and self._unreached and (vacant := self._fill_vacancy()) is not None:
-                self._high = max(self._high, vacant)
-                self._new[key] = (vacant, ran)
-                return None
-            if self._open:
-                # Started before a recorded wait that has not ended (the code may add a
-                # step there): no later than it, and no earlier than what this pass
-                # reached before it; equal orders compare as a set.
-                first_open = min(self._order(k) for k in self._open)
-                order = max(self._high, first_open)
-            else:
-                order = self._next
-                self._next += 1
-            self._high = max(self._high, order)
-            self._new[key] = (order, ran)
-            if self._unreached and self.enabled:
-                if self._by_branch is None:
-                    return self._judge_new(key, kind, ran)
-                if (missed := self._by_branch.skipped(key)) is not None:
-                    self._diverge(missed, describe(kind, ran), key, "new")
-            return None
+            return self._reach_new(key, kind, ran)
         self._reached.add(key)
         if self._by_branch is not None:
             self._by_branch.reached(key)
@@ -242,6 +240,48 @@ class ReplayChecks:
             self._high = recorded.order
         if not self.enabled:
             return None
+        self._check_what_ran(key, recorded, kind, ran)
+        if recorded.order is None:
+            return None
+        if self._by_branch is None:
+            if self._earlier_unreached(recorded.order):
+                return self._judge_swap(key, kind, ran, recorded.order)
+            return None
+        self._check_place(key, recorded)
+        if not (recorded.loose or key in self._loose):  # an adopted task's: no set order
+            if (missed := self._by_branch.swapped(key, recorded.order)) is not None:
+                self._diverge(missed, describe(kind, ran), key, "swapped")
+        return None
+
+    def _reach_new(self, key: str, kind: str, ran: str | None) -> Coroutine[Any, Any, None] | None:
+        """:meth:`reach` for a step with no record: its order, and whether the record
+        says something else should have come first."""
+        if self._vacant and self._unreached and (vacant := self._fill_vacancy()) is not None:
+            self._high = max(self._high, vacant)
+            self._new[key] = (vacant, ran)
+            return None
+        if self._open:
+            # Started before a recorded wait that has not ended (the code may add a
+            # step there): no later than it, and no earlier than what this pass
+            # reached before it; equal orders compare as a set.
+            first_open = min(self._order(k) for k in self._open)
+            order = max(self._high, first_open)
+        else:
+            order = self._next
+            self._next += 1
+        self._high = max(self._high, order)
+        self._new[key] = (order, ran)
+        if not self._unreached or not self.enabled:
+            return None
+        if self._by_branch is None:
+            return self._judge_new(key, kind, ran)
+        if key not in self._loose:  # an adopted task's: in no set order
+            if (missed := self._by_branch.skipped(key)) is not None:
+                self._diverge(missed, describe(kind, ran), key, "new")
+        return None
+
+    def _check_what_ran(self, key: str, recorded: StepRecord, kind: str, ran: str | None) -> None:
+        """A recorded step reached as another kind, or running another callable."""
         if recorded.kind != kind or (
             recorded.ran is not None and ran is not None and recorded.ran != ran
         ):
@@ -254,12 +294,20 @@ class ReplayChecks:
                     f"the step ran another {what} when it was recorded",
                 )
             )
-        if recorded.order is not None and self._by_branch is not None:
-            if (missed := self._by_branch.swapped(key, recorded.order)) is not None:
-                self._diverge(missed, describe(kind, ran), key, "swapped")
-        elif recorded.order is not None and self._earlier_unreached(recorded.order):
-            return self._judge_swap(key, kind, ran, recorded.order)
-        return None
+
+    def _check_place(self, key: str, recorded: StepRecord) -> None:
+        """A recorded step reached in a branch made at another place of the body."""
+        made_after = self._made_after.get(key)
+        if recorded.made_after != made_after:
+            self._fail(
+                Mismatch(
+                    key,
+                    f"in a branch made {_made(recorded.made_after)}",
+                    f"reached it in a branch made {_made(made_after)}",
+                    "the step runs at another place of the body: it was moved "
+                    "before or after a call of the branch that makes its task",
+                )
+            )
 
     async def _judge_new(self, key: str, kind: str, ran: str | None) -> None:
         await self._wait_for_branches(lambda: bool(self._unreached))
@@ -290,10 +338,17 @@ class ReplayChecks:
             await asyncio.sleep(0)
             idle = idle + 1 if self._count == before else 0
 
-    def note_group(self, key: str, group: int | None) -> None:
-        """Step ``key`` is reached under the root's batch ``group``."""
-        if group is not None:
-            self._groups[key] = group
+    def note_place(self, call: Call) -> None:
+        """Step ``call.key`` is reached where ``call`` says: under the root's batch
+        ``group``, in a branch made at ``made_after``; ``loose``: by a task adopted by
+        its branch (its order among the branch's calls is not judged)."""
+        key = call.key
+        if call.group is not None:
+            self._groups[key] = call.group
+        if call.loose:
+            self._loose.add(key)
+        if call.made_after is not None:
+            self._made_after[key] = call.made_after
 
     def stamp(self, step: StepRecord) -> StepRecord:
         """Give a step this pass started first its order, callable and batch (on its
@@ -302,12 +357,20 @@ class ReplayChecks:
         if identity is not None and step.order is None:
             step.order, step.ran = identity
             step.group = self._groups.get(step.key)
+            step.loose = step.key in self._loose
+            step.made_after = self._made_after.get(step.key)
         return step
 
     def identity(self, key: str) -> dict[str, Any]:
         """The ``order``, ``ran`` and ``group`` fields of a new record of step ``key``."""
         order, ran = self._new.get(key, (None, None))
-        return {"order": order, "ran": ran, "group": self._groups.get(key)}
+        return {
+            "order": order,
+            "ran": ran,
+            "group": self._groups.get(key),
+            "loose": key in self._loose,
+            "made_after": self._made_after.get(key),
+        }
 
     def placing(self, key: str) -> tuple[int | None, int | None]:
         """The order and batch of a step this pass starts first (None, None for one

@@ -13,14 +13,14 @@ import functools
 from collections import OrderedDict
 from collections.abc import Callable
 
-import engine_core.lifecycle_log as lifecycle_log
+import engine_core.common.lifecycle_log as lifecycle_log
 import engine_core.metrics as metrics
+from engine_core.common.runtime import Runtime
 from engine_core.errors import StoreUnavailableError
 from engine_core.records import ACTIVE, RunRecord, StepRecord
 from engine_core.run.control import RunControl
 from engine_core.run.leases import KeepAlive
 from engine_core.run.run_pass import PassEnd, RunPass
-from engine_core.runtime import Runtime
 from engine_core.store import Store
 
 #: How many parked runs' steps a driver remembers.

@@ -30,14 +30,14 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
+from engine_core.common.journal import merged_steps
+from engine_core.common.status import ForkPlan
+from engine_core.common.values import idempotency_key
 from engine_core.errors import StepNotFoundError
-from engine_core.journal import merged_steps
 from engine_core.records import RunRecord, StepRecord, utcnow
 from engine_core.run.keys import compensation_key
 from engine_core.run.reentry import deadline_seconds
-from engine_core.status import ForkPlan
 from engine_core.tracing import new_run_traceparent
-from engine_core.values import idempotency_key
 
 #: ``engine.fork(input=UNCHANGED)``: the fork starts with the original's input.
 UNCHANGED: Final[Any] = type("Unchanged", (), {"__repr__": lambda self: "UNCHANGED"})()

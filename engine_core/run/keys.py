@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import uuid
 
-from engine_core.values import MAX_RUN_ID_LENGTH
+from engine_core.common.values import MAX_RUN_ID_LENGTH
 
 #: The scheme new runs are started with.
 CURRENT_SCHEME = 3

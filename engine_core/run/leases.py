@@ -14,11 +14,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from types import TracebackType
 from typing import Any
 
-import engine_core.lifecycle_log as lifecycle_log
+import engine_core.common.lifecycle_log as lifecycle_log
+from engine_core.common.tasks import cancel_and_wait
 from engine_core.errors import StoreUnavailableError
 from engine_core.records import Lease
 from engine_core.store import Store
-from engine_core.tasks import cancel_and_wait
 
 log = logging.getLogger("engine_core")
 
@@ -88,6 +88,7 @@ class HeldLease:
         self.ttl = ttl
 
     async def renew(self) -> bool:
+        """Extend the lease; whether it is still held."""
         renewed = await self.store.refresh_lease(self.lease, self.ttl)
         if renewed is None:
             return False

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from engine_core.convert import from_json
+from engine_core.common.convert import from_json
 from engine_core.errors import InvalidInputError
 
 

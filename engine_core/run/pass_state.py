@@ -7,7 +7,7 @@ fence it), recording an outcome, and parking the pass.
 
 One write per step: an outcome is not written on its own. It rides on the write that
 starts the next step (or parks or ends the pass), into the run's journal
-(:mod:`engine_core.journal`), or, on a store that can, with the journal's entries into
+(:mod:`engine_core.common.journal`), or, on a store that can, with the journal's entries into
 their step records by the same write once 16 gather (``journal.journals``); the body
 between two steps is deterministic, so the outcome only has to be durable by then. An
 outcome that would wait longer (the body awaits something else first) goes in a write
@@ -33,24 +33,31 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any, NoReturn, TypeVar
 
-from engine_core.journal import (
+from engine_core.common.journal import (
     FLUSH_AT,
     LARGE_OUTCOME,
     journals,
     merged,
 )
+from engine_core.common.runtime import Runtime
+from engine_core.common.values import check_name, stored_size
 from engine_core.mirror import mirror_step
 from engine_core.records import RunRecord, RunState, StepRecord, utcnow
 from engine_core.run.body_hooks import OUTCOME_HOLD
 from engine_core.run.branches import Ambiguous, StepNames
 from engine_core.run.control import RunControl
 from engine_core.run.divergence import Diverged, ReplayChecks
-from engine_core.run.journal_room import count_again, journal_room, kept_in_journal, outcome_size
+from engine_core.run.journal_room import (
+    Carry,
+    JournalRoom,
+    Taken,
+    journal_room,
+    kept_in_journal,
+    outcome_size,
+)
 from engine_core.run.signals import Parked, ReplayEnd, Stopped, stored_failure
 from engine_core.run.transitions import Transition
-from engine_core.runtime import Runtime
 from engine_core.store import Store
-from engine_core.values import check_name, stored_size
 
 log = logging.getLogger("engine_core")
 
@@ -90,6 +97,19 @@ class PassState:
         self.traceparent: str | None = run.wire.get("traceparent")
         #: Set when the pass ended because this process is shutting down.
         self.requeue = False
+        #: Jobs run in this process whose outcome was handed to this pass, not told to
+        #: the run: if the pass ends without carrying on, the run must still be told.
+        self.handed: list[str] = []
+        self._active = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        #: The wake-ups this pass armed for the run (a parked pass's are all it needs).
+        self.armed: set[datetime] = set()
+        self._init_writes(store, run, unwritten)
+
+    def _init_writes(self, store: Store, run: RunRecord, unwritten: Sequence[StepRecord]) -> None:
+        """The state of the pass's write path: what the run's journal holds and the room
+        left in it, what the next write carries, and its writes in the background."""
         # The outcomes the run's journal holds, as far as this pass wrote them.
         self._journal: dict[str, StepRecord] = dict(run.journal)
         # Whether the store may write outcomes to their step records instead (then a
@@ -97,16 +117,12 @@ class PassState:
         self._may_carry = hasattr(store, "journals_outcomes")
         # What each outcome in the journal takes there, as the writes taken so far leave
         # it (kept within ``journal_room``).
-        self._sizes: dict[str, int] = {k: outcome_size(s) for k, s in run.journal.items()}
-        self._total = sum(self._sizes.values())  # kept with ``_sizes``: never summed again
+        self._room = JournalRoom(run.journal)
         self._input_size = stored_size(run.input)
         # What the next write carries: outcomes recorded since the last one, the keys
         # whose in-flight marks it clears, and journal keys copied to step records.
         self._pending: dict[str, StepRecord] = {}
         self._done: set[str] = set()
-        #: Jobs run in this process whose outcome was handed to this pass, not told to
-        #: the run: if the pass ends without carrying on, the run must still be told.
-        self.handed: list[str] = []
         self._forget: set[str] = set()
         self._carry_armed = False
         self._carrying: asyncio.Task[None] | None = None
@@ -116,11 +132,6 @@ class PassState:
         #: A write made in the background (carrying outcomes, copying the journal) that
         #: failed: none is made in the background until the pass's next write.
         self._broken: BaseException | None = None
-        self._active = 0
-        self._idle = asyncio.Event()
-        self._idle.set()
-        #: The wake-ups this pass armed for the run (a parked pass's are all it needs).
-        self.armed: set[datetime] = set()
         # Outcomes an earlier pass of this process recorded and could not write before
         # an outage ended it: this pass knows them, and its first write carries them.
         for step in unwritten:
@@ -130,6 +141,7 @@ class PassState:
 
     @property
     def run_id(self) -> str:
+        """The run's id."""
         return self.run.run_id
 
     def unwritten(self) -> list[StepRecord]:
@@ -138,6 +150,7 @@ class PassState:
 
     @property
     def workflow(self) -> str:
+        """The run's workflow."""
         return self.run.workflow
 
     def key(self, name: str) -> str:
@@ -145,11 +158,11 @@ class PassState:
         the same branch of the body (``engine_core.run.branches``)."""
         check_name(name, "step name")
         try:
-            key, group = self.names.key(name)
+            call = self.names.key(name)
         except Ambiguous as exc:
             self.checks.cannot_tell_apart(exc.key, name)
-        self.checks.note_group(key, group)
-        return key
+        self.checks.note_place(call)
+        return call.key
 
     def finished(self, key: str) -> StepRecord | None:
         """The step's record if it has finished; raises its failure if it failed."""
@@ -176,7 +189,7 @@ class PassState:
         if self.checks.mismatch is not None:
             raise Diverged(self.checks.mismatch)  # a divergent pass starts nothing more
         self.names.refuse_late()  # a branch that outlived the body starts nothing
-        outcomes, done, forget = await self._take()
+        carry = await self._take()
         order, group = self.checks.placing(key)
         started = utcnow()
         try:
@@ -187,16 +200,16 @@ class PassState:
                 key=key,
                 attempt=attempt,
                 started_at=started,
-                done=done,
-                outcomes=outcomes,
-                forget=forget,
+                done=carry.done,
+                outcomes=carry.outcomes,
+                forget=carry.forget,
                 order=order,
                 group=group,
             )
         except BaseException:
-            self._give_back(outcomes, done, forget)
+            self._give_back(carry)
             raise
-        await self._wrote(ok, outcomes, forget)
+        await self._wrote(ok, carry)
         return started
 
     def record(self, key: str, transition: Transition) -> StepRecord:
@@ -270,71 +283,61 @@ class PassState:
 
     async def _take(
         self, *, wait: bool = True, beside: tuple[Any, ...] = (), carry: bool = True
-    ) -> tuple[list[StepRecord], set[str], set[str]]:
-        """What the next write carries (after the write of its own in flight, if any):
-        the outcomes it journals, the in-flight marks it clears and the journal keys it
-        drops. The journal stays within its room (``beside``: what else the write puts
-        in the run's record): the outcomes that would take it past, and any too large
-        for it, go to their step records first. Taken off the pass at once, so a record
-        made meanwhile waits for the next write; given back if this fails. ``carry``:
-        the write may take the journal's entries along (:meth:`_with_journal`)."""
+    ) -> Carry:
+        """What the next write carries (after the write of its own in flight, if any).
+        The journal stays within its room (``beside``: what else the write puts in the
+        run's record): the outcomes that would take it past, and any too large for it,
+        go to their step records first (:meth:`JournalRoom.take`). Taken off the pass at
+        once, so a record made meanwhile waits for the next write; given back if this
+        fails. ``carry``: the write may take the journal's entries along
+        (:meth:`_with_journal`)."""
         if wait and self._carrying is not None:
             await self._carrying
         if wait:
             self._broken = None  # this write, awaited, carries what a failed one gave back
         if self._fenced:
             raise Stopped()
-        pending, done, forget = self._pending, self._done, self._forget
+        pending, done, forget = self._pending, frozenset(self._done), frozenset(self._forget)
         self._pending, self._done, self._forget = {}, set(), set()
-        sizes, total = self._sizes, self._total
+        room = journal_room(self._input_size + (stored_size(*beside) if beside else 0))
+        taken: Taken | None = None
         try:
-            room = journal_room(self._input_size + (stored_size(*beside) if beside else 0))
-            # What stays in the journal from before this write (copied at C speed: this
-            # runs at every step, over a journal that may hold thousands of entries).
-            held = dict(sizes)
-            for key in forget:
-                total -= held.pop(key, 0)
-            for key in pending:
-                total -= held.pop(key, 0)
-            moved: list[StepRecord] = []
-            if total > room:  # the room shrank (a large output): make it fit
-                for key in [k for k in held if k in self._journal]:
-                    moved.append(self._journal[key])
-                    total -= held.pop(key)
-                    if total <= room:
-                        break
-            outcomes: list[StepRecord] = []
-            for step in pending.values():
-                size = outcome_size(step)
-                if size <= LARGE_OUTCOME and total + size <= room:
-                    outcomes.append(step)
-                    held[step.key] = size
-                    total += size
-                else:
-                    moved.append(step)
-            # Reserved at once: writes in flight together must not fill the room twice.
-            self._sizes, self._total = held, total
-            if moved:
-                await self.store.save_steps(moved)
-                for step in moved:
-                    if step.key in pending:  # new here: the mirror has not seen it yet
-                        await mirror_step(self.runtime.mirror, step)
+            taken = self._room.take(
+                pending.values(), forget=forget, journal=self._journal, room=room
+            )
+            await self._move(taken.moved, new=pending)
         except BaseException:
-            # Not the count this began from: a write taken meanwhile keeps its reservation.
-            self._total += count_again(self._sizes, sizes)
-            self._give_back(list(pending.values()), done, forget)
+            if taken is not None:  # a write taken meanwhile keeps its reservation
+                self._room.undo(taken)
+            self._give_back(Carry(list(pending.values()), done, forget))
             raise
-        forget |= {s.key for s in moved if s.key in self._journal or s.key in sizes}
+        return self._carried(taken, done, forget, carry=carry)
+
+    async def _move(self, moved: list[StepRecord], *, new: dict[str, StepRecord]) -> None:
+        """Write ``moved`` to their step records (those ``new`` here to the mirror too)."""
+        if moved:
+            await self.store.save_steps(moved)
+            for step in moved:
+                if step.key in new:  # new here: the mirror has not seen it yet
+                    await mirror_step(self.runtime.mirror, step)
+
+    def _carried(
+        self, taken: Taken, done: frozenset[str], forget: frozenset[str], *, carry: bool
+    ) -> Carry:
+        """The write's :class:`Carry`, once ``taken`` moved what it had to."""
+        held = taken.before
+        forget |= {s.key for s in taken.moved if s.key in self._journal or s.key in held}
+        outcomes = taken.journaled
         if carry and self._may_carry and outcomes and self._journal:
             outcomes = self._with_journal(outcomes, forget)
         kept = {s.key for s in outcomes}
         # An outcome replaces its key's entry in the journal, or, written to its step
         # record instead (``journal.journals``), drops that entry, which would hide the
-        # record from readers; also one a write given back (in ``sizes``) may have left.
-        dropped = {k for k in kept if k in self._journal or k in sizes}
-        return outcomes, done, (forget - kept) | dropped
+        # record from readers; also one a write given back (in ``held``) may have left.
+        dropped = {k for k in kept if k in self._journal or k in held}
+        return Carry(outcomes, done, (forget - kept) | dropped)
 
-    def _with_journal(self, outcomes: list[StepRecord], forget: set[str]) -> list[StepRecord]:
+    def _with_journal(self, outcomes: list[StepRecord], forget: frozenset[str]) -> list[StepRecord]:
         """``outcomes``, and the journal's entries with them when the store would then
         write them all to their step records in the write's own command
         (``journal.journals``): the journal is emptied by a write made anyway, so the
@@ -345,27 +348,28 @@ class PassState:
             return outcomes + carried
         return outcomes
 
-    def _give_back(self, outcomes: list[StepRecord], done: set[str], forget: set[str]) -> None:
+    def _give_back(self, carry: Carry) -> None:
         """A write that was to carry these failed: the next one carries them (a record
         made since is newer and stays)."""
-        for step in outcomes:
+        for step in carry.outcomes:
             self._pending.setdefault(step.key, step)
-        self._done |= done
-        self._forget |= forget
+        self._done |= carry.done
+        self._forget |= carry.forget
 
-    async def _wrote(self, ok: bool, outcomes: list[StepRecord], forget: set[str]) -> None:
-        """After a write that carried ``outcomes``: note what the journal holds now, or,
-        when the write was fenced out, make the outcomes land on their own and stop."""
+    async def _wrote(self, ok: bool, carry: Carry) -> None:
+        """After a write that carried ``carry``: note what the journal holds now, or,
+        when the write was fenced out, make its outcomes land on their own and stop."""
+        outcomes = carry.outcomes
         if not ok:
             self._fenced = True
             await self._save_fenced(outcomes)
             raise Stopped()
-        for key in forget:
+        for key in carry.forget:
             self._journal.pop(key, None)
         if not journals(self.store, outcomes):
             # In their step records already, with the journal's entries they took along.
+            self._room.release(outcome.key for outcome in outcomes)
             for outcome in outcomes:
-                self._total -= self._sizes.pop(outcome.key, 0)
                 await mirror_step(self.runtime.mirror, outcome)
             if not self._journal:
                 self._uncopied = 0  # nothing left for a copy of its own to move
@@ -397,20 +401,20 @@ class PassState:
 
     async def _carry(self) -> None:
         try:
-            outcomes, done, forget = await self._take(wait=False)
+            carry = await self._take(wait=False)
             try:
                 ok = await self.store.record_steps(
                     self.run.run_id,
                     token=self.run.token,
                     status=self.status,
-                    outcomes=outcomes,
-                    done=done,
-                    forget=forget,
+                    outcomes=carry.outcomes,
+                    done=carry.done,
+                    forget=carry.forget,
                 )
             except BaseException:
-                self._give_back(outcomes, done, forget)
+                self._give_back(carry)
                 raise
-            await self._wrote(ok, outcomes, forget)
+            await self._wrote(ok, carry)
         except Stopped:
             pass  # the next boundary sees ``_fenced``
         except Exception as exc:
@@ -441,15 +445,15 @@ class PassState:
         if self._broken is None:
             self._broken = exc
 
-    async def end_writes(self, *beside: Any) -> tuple[list[StepRecord], set[str]]:
+    async def end_writes(self, *beside: Any) -> Carry:
         """Before the write that settles the pass (``beside``: what else it puts in the
         run's record): every outcome still to carry, with the ones that must not stay
-        in the journal already in their step records. Returns (outcomes for the
-        settle, journal keys it drops)."""
+        in the journal already in their step records. The settle clears every in-flight
+        mark, so its carry has none to clear."""
         if self._copying is not None:
             await self._copying
-        # The settle clears marks, and journals what it carries.
-        outcomes, _, forget = await self._take(beside=beside, carry=False)
+        taken = await self._take(beside=beside, carry=False)
+        outcomes, forget = taken.outcomes, taken.forget
         settled = {s.key for s in outcomes}
         moving = [s for s in outcomes if not self._journaled(s)]
         moving += [
@@ -463,20 +467,20 @@ class PassState:
             moved = {s.key for s in moving}
             outcomes = [s for s in outcomes if s.key not in moved]
             forget |= moved & self._journal.keys()
-        return outcomes, forget
+        return Carry(outcomes, forget=forget)
 
     def _journaled(self, step: StepRecord) -> bool:
         return kept_in_journal(step) and step.key not in self._records_due
 
-    async def settled(self, ok: bool, outcomes: list[StepRecord], forget: set[str]) -> None:
+    async def settled(self, ok: bool, carry: Carry) -> None:
         """After the settling write that carried what :meth:`end_writes` returned."""
         if not ok:
             self._fenced = True
-            await self._save_fenced(outcomes)
+            await self._save_fenced(carry.outcomes)
             return
-        for key in forget:
+        for key in carry.forget:
             self._journal.pop(key, None)
-        for outcome in outcomes:
+        for outcome in carry.outcomes:
             await mirror_step(self.runtime.mirror, outcome)
 
     # ---- steps beside each other, and parking ------------------------------------

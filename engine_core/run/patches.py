@@ -10,10 +10,10 @@ records nothing. ``ctx.deprecate_patch(id)`` records nothing and accepts both.
 
 from __future__ import annotations
 
+from engine_core.common.values import check_name
 from engine_core.records import PATCH_PREFIX, StepRecord, utcnow
 from engine_core.run.pass_state import PassState
 from engine_core.run.transitions import Transition
-from engine_core.values import check_name
 
 
 def check_patch_id(patch_id: object) -> str:

@@ -23,10 +23,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 
+from engine_core.common.runtime import Runtime
 from engine_core.errors import DuplicateRunError
 from engine_core.mirror import mirror_run
 from engine_core.records import RunRecord, RunState, utcnow
-from engine_core.runtime import Runtime
 from engine_core.store import Store
 
 

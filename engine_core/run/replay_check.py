@@ -15,9 +15,11 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from contextlib import aclosing
 from typing import Any, Literal
 
-from engine_core.convert import declared_parameter
-from engine_core.durations import Duration
-from engine_core.journal import merged
+from engine_core.common.convert import declared_parameter
+from engine_core.common.durations import Duration
+from engine_core.common.journal import merged
+from engine_core.common.status import Divergence, ReplayReport
+from engine_core.common.values import check_name
 from engine_core.records import RunRecord, StepRecord
 from engine_core.run.body_hooks import running_body
 from engine_core.run.branches import Ambiguous, StepNames
@@ -26,9 +28,7 @@ from engine_core.run.divergence import Diverged, ReplayChecks, callable_name
 from engine_core.run.mismatch import INPUT_STEP, ValueMismatch, as_declared
 from engine_core.run.patches import check_patch_id, has_marker
 from engine_core.run.signals import stored_failure
-from engine_core.status import Divergence, ReplayReport
 from engine_core.store import Store
-from engine_core.values import check_name
 
 #: Runs whose steps are read in one command, runs replayed at once, and runs listed at
 #: once, oldest first: pages by creation time are served by an index on nx-27017 as on
@@ -60,10 +60,12 @@ class DryReplay:
 
     @property
     def run_id(self) -> str:
+        """The run's id."""
         return self.run.run_id
 
     @property
     def workflow(self) -> str:
+        """The run's workflow."""
         return self.run.workflow
 
     async def write_stream(self, key: str, value: Any, *, closed: bool = False) -> None:
@@ -72,10 +74,11 @@ class DryReplay:
     async def _recorded(self, name: str, kind: str, ran: str | None) -> Any:
         check_name(name, "step name")
         try:
-            key, group = self.names.key(name)
+            call = self.names.key(name)
         except Ambiguous as exc:
             self.checks.cannot_tell_apart(exc.key, name)
-        self.checks.note_group(key, group)
+        self.checks.note_place(call)
+        key = call.key
         if (check := self.checks.reach(key, kind, ran)) is not None:
             await check
         step = self.steps.get(key)
@@ -90,26 +93,33 @@ class DryReplay:
     ) -> Callable[..., Any] | None:
         # A dry replay reads no declared types of other code: a dispatched step's or a
         # child's value reaches the body as recorded unless the call says ``returns=``.
+        """None: a dry replay declares no types of its own."""
         return None
 
     async def inline_step(
         self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], **options: Any
     ) -> Any:
+        """The recorded result, if the record agrees with the code."""
         return await self._recorded(name, "inline", callable_name(fn))
 
     async def dispatch_step(self, name: str, function: str, payload: Any, **options: Any) -> Any:
+        """The recorded result, if the record agrees with the code."""
         return await self._recorded(name, "dispatch", function)
 
     async def sleep_step(self, name: str, duration: Duration) -> None:
+        """Past the sleep, if the record agrees with the code."""
         await self._recorded(name, "sleep", None)
 
     async def event_step(self, name: str, timeout: Duration | None) -> Any:
+        """The recorded payload, if the record agrees with the code."""
         return await self._recorded(name, "event", name)
 
     async def child_step(self, name: str, workflow: str, input: Any) -> Any:
+        """The recorded output, if the record agrees with the code."""
         return await self._recorded(name, "child", workflow)
 
     async def patched(self, patch_id: str) -> bool:
+        """As the record says the run went: True where it holds the marker."""
         pid = check_patch_id(patch_id)
         known = self.checks.patches.get(pid)
         if known is None:

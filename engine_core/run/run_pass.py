@@ -13,14 +13,15 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any, Literal, TypeVar
 
-import engine_core.lifecycle_log as lifecycle_log
+import engine_core.common.lifecycle_log as lifecycle_log
 import engine_core.run.inline as inline
 import engine_core.run.patches as patches
 import engine_core.run.waits as waits
-from engine_core.convert import declared_parameter, from_json
-from engine_core.durations import Duration
+from engine_core.common.convert import declared_parameter, from_json
+from engine_core.common.durations import Duration
+from engine_core.common.outages import StoreDown
+from engine_core.common.values import check_fits, to_stored
 from engine_core.errors import NotSerializableError, StepFailedError, StoreUnavailableError
-from engine_core.outages import StoreDown
 from engine_core.records import RunState, StepRecord, utcnow
 from engine_core.run.attempt import error_info
 from engine_core.run.body_hooks import running_body
@@ -32,7 +33,6 @@ from engine_core.run.pass_state import PassState
 from engine_core.run.signals import SIGNALS, Parked, Stopped
 from engine_core.run.streams import BodyStreams
 from engine_core.tracing import run_log_context
-from engine_core.values import check_fits, to_stored
 
 #: How a pass ended: the run ended, it waits for something, a stop or a newer pass
 #: fenced it out, this process is shutting down and the run is owed to the fleet, or the
@@ -117,7 +117,7 @@ class RunPass(PassState):
     ) -> bool:
         """The write that ends the pass (``status`` None: it parks, unless a trigger came
         meanwhile), carrying the outcomes still to write."""
-        outcomes, forget = await self.end_writes(output, error)
+        carry = await self.end_writes(output, error)
         ok = await self.store.settle_run(
             self.run.run_id,
             token=self.run.token,
@@ -125,12 +125,12 @@ class RunPass(PassState):
             status=status,
             output=output,
             error=error,
-            outcomes=outcomes,
-            forget=forget,
+            outcomes=carry.outcomes,
+            forget=carry.forget,
             idle_only=status is None,
             keep_lease=status == "compensating",
         )
-        await self.settled(ok, outcomes, forget)
+        await self.settled(ok, carry)
         if ok and status is not None:
             await self.control.run_ended(self.run, status, output, error)
         return ok
@@ -223,17 +223,17 @@ class RunPass(PassState):
                 failed.append(step.key)
                 continue
             try:
-                await inline.run_inline(
-                    self,
-                    compensation_key(step.key),
-                    undo,
-                    (argument,),
-                    0,
-                    0.0,
-                    None,
-                    False,
+                spec = inline.InlineSpec(
+                    key=compensation_key(step.key),
+                    fn=undo,
+                    args=(argument,),
+                    max_attempts=0,  # one attempt, never retried
+                    delay=0.0,
+                    timeout=None,
+                    compensable=False,
                     kind="compensation",
                 )
+                await inline.run_inline(self, spec)
             except StepFailedError:
                 failed.append(step.key)
             except Parked:
@@ -262,6 +262,7 @@ class RunPass(PassState):
         kwargs: dict[str, Any] | None = None,
         declared: Any = None,
     ) -> Any:
+        """``ctx.step`` (see :func:`engine_core.run.inline.inline_step`)."""
         return await self._riding(
             inline.inline_step,
             self,
@@ -279,6 +280,7 @@ class RunPass(PassState):
     def registered(
         self, kind: Literal["workflow", "step function"], name: str
     ) -> Callable[..., Any] | None:
+        """The workflow or step function ``name`` registered in this process, or None."""
         if kind == "workflow":
             return self.runtime.workflow_fn(name)
         return self.runtime.step_fn(name)
@@ -293,6 +295,7 @@ class RunPass(PassState):
         retry_delay: Duration,
         timeout: Duration | None,
     ) -> Any:
+        """``ctx.dispatch`` (see :func:`engine_core.run.waits.dispatch_step`)."""
         return await self._riding(
             waits.dispatch_step,
             self,
@@ -305,15 +308,19 @@ class RunPass(PassState):
         )
 
     async def sleep_step(self, name: str, duration: Duration) -> None:
+        """``ctx.sleep`` (see :func:`engine_core.run.waits.sleep_step`)."""
         await self._riding(waits.sleep_step, self, name, duration)
 
     async def event_step(self, name: str, timeout: Duration | None) -> Any:
+        """``ctx.wait_for_event`` (see :func:`engine_core.run.waits.event_step`)."""
         return await self._riding(waits.event_step, self, name, timeout)
 
     async def child_step(self, name: str, workflow: str, input: Any) -> Any:
+        """``ctx.child`` (see :func:`engine_core.run.waits.child_step`)."""
         return await self._riding(waits.child_step, self, name, workflow, input)
 
     async def patched(self, patch_id: str) -> bool:
+        """``ctx.patched`` (see :func:`engine_core.run.patches.patched`)."""
         return await patches.patched(self, patch_id)
 
     async def _riding(
@@ -328,6 +335,7 @@ class RunPass(PassState):
         return result
 
     async def write_stream(self, key: str, value: Any, *, closed: bool = False) -> None:
+        """``ctx.write_stream``: durable with the body's next write."""
         if self._streams is None:
             self._streams = BodyStreams(self.store, self.run_id, first_pass=self.run.passes <= 1)
         await self._streams.write(key, value, closed=closed)

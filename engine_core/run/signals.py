@@ -1,11 +1,10 @@
-"""The signals a pass raises through the workflow body (never the body's own
-exceptions: each is a ``BaseException``, which an ``except Exception`` lets by), and the
-error a failed step raises there."""
+"""How a pass ends early: the control signals it raises through the workflow body, and
+the error a step that failed for good raises there."""
 
 from __future__ import annotations
 
+from engine_core.common.outages import StoreDown
 from engine_core.errors import StepFailedError
-from engine_core.outages import StoreDown
 from engine_core.records import StepRecord
 from engine_core.run.divergence import Diverged
 

@@ -73,6 +73,7 @@ def enter_step(info: StepInfo, hooks: StepHooks | None = None) -> _Tokens:
 
 
 def leave_step(tokens: _Tokens) -> None:
+    """Undo :func:`enter_step` with the tokens it returned."""
     leave_step_log(tokens[2])
     _current_hooks.reset(tokens[1])
     _current_step.reset(tokens[0])

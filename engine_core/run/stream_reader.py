@@ -12,12 +12,12 @@ import contextlib
 import time
 from collections.abc import AsyncIterator
 
-from engine_core.durations import Duration, parse_duration
+from engine_core.common.durations import Duration, parse_duration
+from engine_core.common.values import check_name, check_run_id
 from engine_core.errors import InvalidOptionError, RunNotFoundError
 from engine_core.records import TERMINAL
 from engine_core.store import Store
 from engine_core.streams import StreamEntry
-from engine_core.values import check_name, check_run_id
 
 #: Entries read per query.
 BATCH = 500

@@ -7,12 +7,12 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from engine_core.common.values import check_name, to_stored
 from engine_core.errors import StreamClosedError, StreamConflictError
 from engine_core.records import utcnow
 from engine_core.run.step_info import StepInfo
 from engine_core.store import Store
 from engine_core.streams import StreamEntry, check_entry
-from engine_core.values import check_name, to_stored
 
 #: A body that writes this many entries with no step in between sends them at once.
 FLUSH_AT = 1000
@@ -43,6 +43,8 @@ class BodyStreams:
         self._sending: asyncio.Future[None] | None = None
 
     async def write(self, key: str, value: Any, *, closed: bool = False) -> None:
+        """Write ``value`` at the stream's next position (``closed``: and close it), exactly
+        once across replays."""
         check_name(key, "stream key")
         if key in self._closed:
             raise StreamClosedError(
@@ -137,6 +139,7 @@ class AttemptStreams:
         self._next: dict[str, int] = {}
 
     async def write_stream(self, info: StepInfo, key: str, value: Any) -> None:
+        """Write ``value`` to the stream ``key``, tagged with the attempt and its n-th write."""
         check_name(key, "stream key")
         stored = to_stored(value, f"entry of stream {key!r}")
         n = self._counts.get(key, 0)
@@ -168,6 +171,7 @@ class AttemptStreams:
             position = max(position + 1, await self._store.stream_length(info.run_id, key))
 
     async def heartbeat(self, info: StepInfo, details: Any) -> None:
+        """Record the attempt's heartbeat ``details`` (and renew a dispatched step's claim)."""
         stored = to_stored(details, f"heartbeat details of step {info.step!r}")
         await self._store.put_heartbeat(
             info.run_id, info.step, attempt=info.attempt, details=stored

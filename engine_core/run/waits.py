@@ -10,7 +10,9 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from engine_core.durations import Duration, check_retry_delay, parse_duration
+from engine_core.common.durations import Duration, check_retry_delay, parse_duration
+from engine_core.common.runtime import JobSlot
+from engine_core.common.values import check_name, check_retries, to_stored
 from engine_core.errors import WorkflowNotRegisteredError
 from engine_core.mirror import mirror_step
 from engine_core.records import StepKind, StepRecord, utcnow
@@ -20,8 +22,6 @@ from engine_core.run.pass_state import PassState
 from engine_core.run.signals import Parked, stored_failure
 from engine_core.run.transitions import claimed as claim
 from engine_core.run.transitions import job_unclaimed, woken, write
-from engine_core.runtime import JobSlot
-from engine_core.values import check_name, check_retries, to_stored
 
 
 def _scheduled(

@@ -3,24 +3,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from engine_core.durations import Duration
+from engine_core.common.durations import Duration
+from engine_core.common.values import MAX_RUN_ID_LENGTH, check_name, to_stored
 from engine_core.errors import InvalidNameError, ScheduleNotFoundError
 from engine_core.flow.starts import check_registered
 from engine_core.records import ScheduleRecord, utcnow
 from engine_core.schedules.scheduler import spec_of
 from engine_core.schedules.times import RUN_ID_SUFFIX_LENGTH, Schedule, make_spec, next_fire
 from engine_core.store import Store
-from engine_core.values import MAX_RUN_ID_LENGTH, check_name, to_stored
 
 
 class ScheduleControl:
     """Stores and steers schedules for the Engine."""
 
     def __init__(
-        self, store: Store, workflows: dict[str, Any], changed: Callable[[], None]
+        self, store: Store, workflows: Mapping[str, Any], changed: Callable[[], None]
     ) -> None:
         self._store = store
         self._workflows = workflows

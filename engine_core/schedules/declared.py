@@ -13,9 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from engine_core.durations import Duration
+from engine_core.common.durations import Duration
+from engine_core.common.options import check_catch_up
+from engine_core.common.values import MAX_RUN_ID_LENGTH, check_name, to_stored
 from engine_core.errors import InvalidNameError
-from engine_core.options import check_catch_up
 from engine_core.records import ScheduleRecord, utcnow
 from engine_core.schedules.times import (
     RUN_ID_SUFFIX_LENGTH,
@@ -24,7 +25,6 @@ from engine_core.schedules.times import (
     next_fire,
 )
 from engine_core.store import Store
-from engine_core.values import MAX_RUN_ID_LENGTH, check_name, to_stored
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,7 @@ class DeclaredSchedule:
 
 
 def check_schedule_name(name: str) -> None:
+    """``name`` checked as a schedule's: a name whose run ids (name and fire time) fit."""
     check_name(name, "schedule name")
     if len(name) + RUN_ID_SUFFIX_LENGTH > MAX_RUN_ID_LENGTH:
         raise InvalidNameError(

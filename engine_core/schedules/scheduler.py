@@ -19,7 +19,7 @@ starts each in turn, at most the last :data:`MAX_CATCH_UP` of them.
 The loop sleeps until the earliest ``next_fire_at`` it knows, re-reading the schedules
 at least every :data:`REREAD_S` seconds (and at once when this process creates or
 resumes one), so a fire starts its run within a few milliseconds of its time. A store
-outage is waited out like every other loop's (:mod:`engine_core.outages`). A process
+outage is waited out like every other loop's (:mod:`engine_core.common.outages`). A process
 judges "due" by its own clock: a host whose clock runs ahead starts a fire's run that
 much early (never twice).
 """
@@ -33,9 +33,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any
 
+from engine_core.common.outages import Outages
+from engine_core.common.periodic import Periodic
 from engine_core.errors import StoreUnavailableError
-from engine_core.outages import Outages
-from engine_core.periodic import Periodic
 from engine_core.records import ScheduleRecord, utcnow
 from engine_core.schedules.times import (
     ScheduleSpec,
@@ -62,6 +62,7 @@ StartRun = Callable[[str, Any, str], Awaitable[Any]]
 
 
 def spec_of(schedule: ScheduleRecord) -> ScheduleSpec:
+    """The timing of ``schedule``."""
     return ScheduleSpec(cron=schedule.cron, every=schedule.every, timezone=schedule.timezone)
 
 
@@ -84,9 +85,11 @@ class Scheduler:
         self.fired = 0
 
     def start(self) -> None:
+        """Start firing schedules due."""
         self._loop.start()
 
     async def stop(self) -> None:
+        """Stop firing schedules."""
         await self._loop.stop()
 
     def wake(self) -> None:

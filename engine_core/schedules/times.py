@@ -21,7 +21,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
-from engine_core.durations import parse_duration
+from engine_core.common.durations import parse_duration
 from engine_core.errors import InvalidDurationError, InvalidScheduleError
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -44,6 +44,7 @@ class ScheduleSpec:
 
     @property
     def zone(self) -> ZoneInfo:
+        """The schedule's time zone."""
         return ZoneInfo(self.timezone)
 
 

@@ -15,6 +15,7 @@ from engine_core.store import Store
 
 
 def make_run(run_id: str = "run-1", workflow: str = "wf", **extra: Any) -> RunRecord:
+    """A running run ``run_id`` of ``workflow``, created now (``extra``: other fields)."""
     now = utcnow()
     fields: dict[str, Any] = {
         "status": "running",
@@ -29,6 +30,7 @@ def make_run(run_id: str = "run-1", workflow: str = "wf", **extra: Any) -> RunRe
 def make_job(
     run_id: str, key: str, *, due_in: float = -1.0, function: str = "fn", **extra: Any
 ) -> StepRecord:
+    """A dispatched step ``key`` of ``run_id`` on the queue, due ``due_in`` seconds from now."""
     now = utcnow()
     return StepRecord(
         run_id=run_id,

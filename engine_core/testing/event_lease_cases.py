@@ -20,6 +20,7 @@ class EventLeaseCases:
     # ---- events -----------------------------------------------------------------
 
     async def test_events_are_consumed_oldest_first_once(self, store: Store) -> None:
+        """Events are consumed oldest first once."""
         now = utcnow()
         for i in range(3):
             await store.insert_event(EventRecord(f"e{i}", "r", "go", {"i": i}, now))
@@ -35,6 +36,7 @@ class EventLeaseCases:
         assert await store.consume_event("r", "other", "wait-e") is not None
 
     async def test_concurrent_consumers_never_share_an_event(self, store: Store) -> None:
+        """Concurrent consumers never share an event."""
         now = utcnow()
         for i in range(5):
             await store.insert_event(EventRecord(f"e{i}", "r", "go", i, now))
@@ -45,6 +47,7 @@ class EventLeaseCases:
     # ---- leases -----------------------------------------------------------------
 
     async def test_lease_acquire_refresh_release(self, store: Store) -> None:
+        """Lease acquire refresh release."""
         lease = await store.acquire_lease("k", "a", 30)
         assert lease is not None and lease.holder == "a"
         assert await store.acquire_lease("k", "b", 30) is None
@@ -59,6 +62,7 @@ class EventLeaseCases:
         assert await store.acquire_lease("k", "c", 30) is None
 
     async def test_expired_lease_is_taken_over_with_a_new_token(self, store: Store) -> None:
+        """Expired lease is taken over with a new token."""
         first = await store.acquire_lease("k", "a", 0.05)
         assert first is not None
         await asyncio.sleep(0.1)
@@ -69,12 +73,14 @@ class EventLeaseCases:
         assert await store.acquire_lease("k", "c", 30) is None
 
     async def test_concurrent_acquires_one_winner(self, store: Store) -> None:
+        """Concurrent acquires one winner."""
         got = await asyncio.gather(*(store.acquire_lease("k", f"h{i}", 30) for i in range(20)))
         assert sum(1 for g in got if g is not None) == 1
         other = await store.acquire_lease("other-key", "h", 30)
         assert other is not None
 
     async def test_open_pass_is_set_by_begin_and_cleared_by_settle(self, store: Store) -> None:
+        """Open pass is set by begin and cleared by settle."""
         await store.insert_run(make_run())
         later = utcnow() + timedelta(seconds=5)
         assert await store.find_idle_runs(later, 10, in_flight_only=True) == []
@@ -87,6 +93,7 @@ class EventLeaseCases:
         assert got is not None and got.open_pass is False
 
     async def test_unnotified_steps_are_found(self, store: Store) -> None:
+        """Unnotified steps are found."""
         await store.insert_step(make_job("r", "told"))
         await store.insert_step(make_job("r", "untold"))
         assert await store.update_step(

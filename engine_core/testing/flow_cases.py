@@ -29,6 +29,7 @@ class FlowCases:
     async def test_queue_state_round_trips_and_is_replaced_by_compare_and_set(
         self, store: Store
     ) -> None:
+        """Queue state round trips and is replaced by compare and set."""
         assert await store.get_queue_state("q") is None
         now = utcnow()
         first = QueueState(
@@ -50,6 +51,7 @@ class FlowCases:
         assert await store.get_queue_state("other") is None
 
     async def test_racing_queue_state_savers_land_once(self, store: Store) -> None:
+        """Racing queue state savers land once."""
         await store.save_queue_state(QueueState("q", version=1), expect_version=0)
         results = await asyncio.gather(
             *(
@@ -64,6 +66,7 @@ class FlowCases:
         assert got is not None and len(got.reserved) == 1
 
     async def test_the_line_is_in_priority_then_start_order_per_queue(self, store: Store) -> None:
+        """The line is in priority then start order per queue."""
         base = utcnow()
         specs = [("a", 5, 0), ("b", 0, 1), ("c", 5, 2), ("d", -1, 3), ("e", 0, 4)]
         for run_id, priority, second in specs:
@@ -82,6 +85,7 @@ class FlowCases:
         assert [r.run_id for r in await store.queued_runs("nope", limit=10)] == []
 
     async def test_admit_moves_only_runs_waiting_in_line(self, store: Store) -> None:
+        """Admit moves only runs waiting in line."""
         await store.insert_run(queued("a"))
         await store.insert_run(queued("b"))
         await store.insert_run(queued("late", not_before=utcnow() + timedelta(hours=1)))
@@ -97,6 +101,7 @@ class FlowCases:
     async def test_admitting_a_run_holding_its_lease_begins_its_first_pass(
         self, store: Store
     ) -> None:
+        """Admitting a run holding its lease begins its first pass."""
         await store.insert_run(queued("a", input={"x": 1}))
         await store.insert_run(queued("b"))
         [a, b] = await store.queued_runs("q", limit=10)
@@ -117,12 +122,14 @@ class FlowCases:
         assert [r.run_id for r in await store.queued_runs("q", limit=10)] == ["b"]
 
     async def test_a_cancelled_queued_run_leaves_the_line(self, store: Store) -> None:
+        """A cancelled queued run leaves the line."""
         await store.insert_run(queued("a"))
         await store.set_run_status("a", "cancelled", expect=("queued",))
         assert await store.queued_runs("q", limit=10) == []
         assert await admit(store, "a") == 0
 
     async def test_delayed_runs_are_found_in_time_order_and_released(self, store: Store) -> None:
+        """Delayed runs are found in time order and released."""
         now = utcnow()
         await store.insert_run(queued("q-later", not_before=now + timedelta(seconds=2)))
         await store.insert_run(queued("q-soon", not_before=now + timedelta(seconds=1)))
@@ -146,6 +153,7 @@ class FlowCases:
         assert [r.run_id for r in found] == ["q-later"]
 
     async def test_deadlines_of_runs_not_ended_are_found_in_time_order(self, store: Store) -> None:
+        """Deadlines of runs not ended are found in time order."""
         now = utcnow()
         await store.insert_run(make_run("two", deadline_at=now + timedelta(seconds=2)))
         await store.insert_run(make_run("one", deadline_at=now + timedelta(seconds=1)))
@@ -163,6 +171,7 @@ class FlowCases:
         assert ended is not None and ended.deadline_at == now + timedelta(seconds=1)
 
     async def test_a_dedup_id_is_held_until_its_run_ends(self, store: Store) -> None:
+        """A dedup id is held until its run ends."""
         await store.insert_run(queued("a", dedup_id="d"))
         try:
             await store.insert_run(queued("b", dedup_id="d"))
@@ -187,6 +196,8 @@ class FlowCases:
         assert got is not None and got.dedup_id == "d"
 
     async def test_racing_inserts_holding_one_dedup_id_land_once(self, store: Store) -> None:
+        """Racing inserts holding one dedup id land once."""
+
         async def insert(i: int) -> str:
             try:
                 await store.insert_run(queued(f"r{i}", dedup_id="once"))
@@ -200,6 +211,7 @@ class FlowCases:
         assert all(g in (winners[0], "dup:" + winners[0]) for g in got)
 
     async def test_queue_counts_and_names(self, store: Store) -> None:
+        """Queue counts and names."""
         await store.insert_run(queued("a"))
         await store.insert_run(queued("b", not_before=utcnow() + timedelta(hours=1)))
         await store.insert_run(queued("c"))
@@ -229,6 +241,7 @@ class FlowCases:
     async def test_a_failed_run_reenters_its_queue_dedup_id_and_deadline(
         self, store: Store
     ) -> None:
+        """A failed run reenters its queue dedup id and deadline."""
         now = utcnow()
         due = now + timedelta(seconds=5)
         failed = await self._failed_run(
@@ -256,6 +269,7 @@ class FlowCases:
         assert await admit(store, "a") == 1
 
     async def test_a_run_off_any_queue_reenters_running_and_owed_a_pass(self, store: Store) -> None:
+        """A run off any queue reenters running and owed a pass."""
         failed = await self._failed_run(store, "a", queue=None)
         back = replace(failed, status="running", pending_pass=True)
         got = await store.reenter_run(back, expect=("failed",))
@@ -263,6 +277,7 @@ class FlowCases:
         assert got.deadline_at is None and await store.queued_runs("q", limit=10) == []
 
     async def test_a_reentry_whose_dedup_id_is_held_writes_nothing(self, store: Store) -> None:
+        """A reentry whose dedup id is held writes nothing."""
         now = utcnow()
         failed = await self._failed_run(store, "a", dedup_id="d", deadline_s=1.0)
         await store.insert_run(queued("b", dedup_id="d"))
@@ -281,6 +296,7 @@ class FlowCases:
         assert await store.find_deadlines(due + timedelta(1), 10) == []
 
     async def test_admitted_runs_are_counted_per_queue_and_per_key(self, store: Store) -> None:
+        """Admitted runs are counted per queue and per key."""
         for run_id, key in [("a", "k1"), ("b", "k1"), ("c", "k2"), ("d", None), ("e", "k1")]:
             await store.insert_run(queued(run_id, queue_key=key))
         await store.insert_run(queued("x", queue="q\x00x", queue_key="k1"))

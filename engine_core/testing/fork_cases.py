@@ -33,6 +33,7 @@ class ForkCases:
     """What a store must do to make a fork whole or not at all."""
 
     async def test_fork_run_writes_the_run_and_its_steps(self, store: Store) -> None:
+        """Fork run writes the run and its steps."""
         await store.insert_run(make_run("orig", status="failed"))
         fork = make_run("fork", forked_from={"run_id": "orig", "step": "charge"})
         steps = [_copied("fork", f"s{i}", i) for i in range(3)]
@@ -52,6 +53,7 @@ class ForkCases:
         assert original is not None and original.forked_from is None
 
     async def test_list_forks_oldest_first_and_bounded(self, store: Store) -> None:
+        """List forks oldest first and bounded."""
         await store.insert_run(make_run("orig"))
         start = utcnow() - timedelta(minutes=1)
         for i, fork_id in enumerate(["z", "a", "m"]):
@@ -63,6 +65,7 @@ class ForkCases:
         assert await store.list_forks("orig", limit=2) == ["z", "a"]
 
     async def test_a_fork_on_a_held_dedup_id_writes_nothing(self, store: Store) -> None:
+        """A fork on a held dedup id writes nothing."""
         await store.insert_run(make_run("live", dedup_id="order-1"))
         fork = make_run("fork", dedup_id="order-1", forked_from={"run_id": "live", "step": ""})
         with pytest.raises(DuplicateRunError):
@@ -73,6 +76,7 @@ class ForkCases:
         assert await store.load_steps("fork") == []
 
     async def test_clean_forks_spares_whole_forks(self, store: Store) -> None:
+        """Clean forks spares whole forks."""
         await store.insert_run(make_run("orig"))
         fork = make_run("fork", forked_from={"run_id": "orig", "step": "b"})
         await store.fork_run(fork, [_copied("fork", "a", 0)])

@@ -13,6 +13,7 @@ class OperatorCases:
     """What a store must do for lists of runs by creation time."""
 
     async def test_list_runs_newest_and_oldest_first(self, store: Store) -> None:
+        """List runs newest and oldest first."""
         start = utcnow() - timedelta(minutes=5)
         # Ids against creation order, and two runs created at the same moment.
         made = {"z": 0, "m": 1, "a": 2, "b": 2, "k": 3, "c": 4}
@@ -50,6 +51,7 @@ class OperatorCases:
         assert await listed("id", limit=2) == ["a", "b"]
 
     async def test_declared_queue_limits_are_stored(self, store: Store) -> None:
+        """Declared queue limits are stored."""
         assert await store.list_queue_limits() == {}
         orders = {"concurrency": 5, "worker_concurrency": None, "key_concurrency": 1}
         await store.put_queue_limits("orders", {**orders, "rate": "100/60s"})
@@ -62,6 +64,7 @@ class OperatorCases:
         }
 
     async def test_a_schedule_keeps_its_catch_up(self, store: Store) -> None:
+        """A schedule keeps its catch up."""
         now = utcnow().replace(microsecond=0)
         record = ScheduleRecord(
             "s", "w", None, 60.0, "UTC", None, True, now, now, now, catch_up="all"

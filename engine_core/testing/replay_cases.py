@@ -4,7 +4,7 @@ version label."""
 
 from __future__ import annotations
 
-from engine_core.journal import merged
+from engine_core.common.journal import merged
 from engine_core.records import StepRecord, utcnow
 from engine_core.store import Store
 from engine_core.testing.builders import begin, done_step, make_job, make_run
@@ -14,13 +14,17 @@ class ReplayRecordCases:
     """What a store must keep for replays to be checked (docs/guides/changing-code.md)."""
 
     async def test_a_step_keeps_its_order_callable_and_batch(self, store: Store) -> None:
+        """A step keeps its order, callable, batch and place in the body."""
         job = make_job("run-1", "j", order=3, ran="send-email")
         job.group = 2
         assert await store.insert_step(job)
         saved = done_step("run-1", "s", result=1)
-        saved.order, saved.ran, saved.group = 0, "app.steps:charge", 7
+        saved.order, saved.ran, saved.group, saved.loose = 0, "app.steps:charge", 7, True
+        saved.made_after = "2/0"
         await store.save_steps([saved])
         got = {s.key: s for s in await store.load_steps("run-1")}
+        assert got["s"].loose is True and got["j"].loose is False
+        assert (got["s"].made_after, got["j"].made_after) == ("2/0", None)
         assert (got["j"].order, got["j"].ran, got["j"].group) == (3, "send-email", 2)
         assert (got["s"].order, got["s"].ran, got["s"].group) == (0, "app.steps:charge", 7)
         old = done_step("run-1", "old")  # a record from before the check says nothing
@@ -29,10 +33,11 @@ class ReplayRecordCases:
         assert again is not None and (again.order, again.ran) == (None, None)
 
     async def test_the_journal_keeps_order_callable_and_batch(self, store: Store) -> None:
+        """The journal keeps order, callable, batch and place in the body."""
         await store.insert_run(make_run())
         token = await begin(store)
         first = done_step("run-1", "a", result={"$set": 1})
-        first.order, first.ran, first.group = 0, "m:f.<locals>.<lambda>", 1
+        first.order, first.ran, first.group, first.loose = 0, "m:f.<locals>.<lambda>", 1, True
         marker = done_step("run-1", "patched:p")
         marker.kind = "patch"
         assert await store.start_step(
@@ -41,13 +46,15 @@ class ReplayRecordCases:
         )  # fmt: skip
         got = await store.get_run("run-1")
         assert got is not None
-        # In the journal, or in the step records (``engine_core.journal.journals``).
+        # In the journal, or in the step records (``engine_core.common.journal.journals``).
         steps = merged(got, await store.load_steps("run-1"))
         assert steps["a"].order == 0 and steps["a"].ran == "m:f.<locals>.<lambda>"
-        assert steps["a"].group == 1
+        assert steps["a"].group == 1 and steps["a"].loose is True
+        assert steps["a"].made_after is None
         assert steps["patched:p"].kind == "patch"
 
     async def test_a_run_keeps_its_version_and_lists_filter_by_it(self, store: Store) -> None:
+        """A run keeps its version and lists filter by it."""
         await store.insert_run(make_run("r-1", version="2026-12"))
         await store.insert_run(make_run("r-2", version="$ne"))
         await store.insert_run(make_run("r-3"))
@@ -63,6 +70,7 @@ class ReplayRecordCases:
         assert [r.version for r in every] == ["2026-12", "$ne", None]
 
     async def test_load_steps_of_many_runs_at_once(self, store: Store) -> None:
+        """Load steps of many runs at once."""
         await store.save_steps([done_step("run-1", "a"), done_step("run-1", "b")])
         await store.insert_step(make_job("run-2", "j"))
         await store.save_steps([done_step("run-3", "c")])

@@ -6,7 +6,7 @@ import asyncio
 from datetime import timedelta
 from typing import Any
 
-from engine_core.journal import journals, merged_steps
+from engine_core.common.journal import journals, merged_steps
 from engine_core.records import (
     EventRecord,
     InflightStep,
@@ -22,6 +22,7 @@ class RunCases:
     # ---- runs -------------------------------------------------------------------
 
     async def test_insert_and_get_run_round_trips(self, store: Store) -> None:
+        """Insert and get run round trips."""
         run = make_run()
         run.input = {"nested": {"a": [1, 2.5, "x", None, True]}, "$weird.key": "v"}
         run.wire = {"traceparent": "00-" + "a" * 32 + "-" + "b" * 16 + "-01"}
@@ -36,6 +37,7 @@ class RunCases:
         assert await store.get_run("missing") is None
 
     async def test_insert_run_is_idempotent_and_keeps_the_first(self, store: Store) -> None:
+        """Insert run is idempotent and keeps the first."""
         assert await store.insert_run(make_run(workflow="first")) is None
         existing = await store.insert_run(make_run(workflow="second"))
         assert existing is not None and existing.workflow == "first"
@@ -43,17 +45,20 @@ class RunCases:
         assert got is not None and got.workflow == "first"
 
     async def test_concurrent_inserts_of_one_run_insert_once(self, store: Store) -> None:
+        """Concurrent inserts of one run insert once."""
         results = await asyncio.gather(
             *(store.insert_run(make_run(workflow=f"w{i}")) for i in range(10))
         )
         assert sum(1 for r in results if r is None) == 1
 
     async def test_operator_shaped_run_id_is_just_a_string(self, store: Store) -> None:
+        """Operator shaped run id is just a string."""
         await store.insert_run(make_run("$ne"))
         assert await store.get_run("$ne") is not None
         assert await store.get_run("run-1") is None
 
     async def test_begin_pass_bumps_token_and_passes(self, store: Store) -> None:
+        """Begin pass bumps token and passes."""
         await store.insert_run(make_run())
         first = await store.begin_pass("run-1", holder="a", ttl=0)
         second = await store.begin_pass("run-1", holder="b", ttl=30)
@@ -70,6 +75,7 @@ class RunCases:
         assert third is not None and third.token == second.token + 1
 
     async def test_the_run_lease_is_taken_only_when_free(self, store: Store) -> None:
+        """The run lease is taken only when free."""
         await store.insert_run(make_run())
         held = await store.begin_pass("run-1", holder="a", ttl=30)
         assert held is not None
@@ -88,6 +94,7 @@ class RunCases:
         assert taken is not None and taken.token == again.token + 1
 
     async def test_a_settle_frees_the_lease_unless_told_to_keep_it(self, store: Store) -> None:
+        """A settle frees the lease unless told to keep it."""
         await store.insert_run(make_run())
         held = await store.begin_pass("run-1", holder="a", ttl=30)
         assert held is not None
@@ -99,6 +106,7 @@ class RunCases:
         assert await store.begin_pass("run-1", holder="b", ttl=30) is not None
 
     async def test_a_run_inserted_with_a_lease_holds_it(self, store: Store) -> None:
+        """A run inserted with a lease holds it."""
         now = utcnow()
         run = make_run(
             token=1,
@@ -117,6 +125,7 @@ class RunCases:
         assert got is not None and got.lease_holder == "a" and got.token == 1
 
     async def test_a_parking_settle_waits_for_no_owed_pass(self, store: Store) -> None:
+        """A parking settle waits for no owed pass."""
         await store.insert_run(make_run())
         token = await begin(store)
         await store.request_pass("run-1")
@@ -125,6 +134,7 @@ class RunCases:
         assert await store.settle_run("run-1", token=token, expect=("running",), idle_only=True)
 
     async def test_outcomes_ride_on_the_run_in_its_journal(self, store: Store) -> None:
+        """Outcomes ride on the run in its journal."""
         await store.insert_run(make_run())
         token = await begin(store)
         now = utcnow()
@@ -156,6 +166,7 @@ class RunCases:
         )
 
     async def test_a_fenced_out_write_records_no_outcome(self, store: Store) -> None:
+        """A fenced out write records no outcome."""
         await store.insert_run(make_run())
         token = await begin(store)
         now = utcnow()
@@ -185,6 +196,7 @@ class RunCases:
     async def test_outcomes_of_many_runs_written_at_once_land_by_their_own_guard(
         self, store: Store
     ) -> None:
+        """Outcomes of many runs written at once land by their own guard."""
         for n in range(6):
             await store.insert_run(make_run(f"run-{n}"))
         tokens = [await begin(store, f"run-{n}") for n in range(6)]
@@ -216,6 +228,7 @@ class RunCases:
                 assert list(got.inflight) == ["b"]
 
     async def test_save_steps_never_overwrites_a_later_attempt(self, store: Store) -> None:
+        """Save steps never overwrites a later attempt."""
         newer = done_step("run-1", "a", attempts=3, result="new")
         await store.save_steps([newer])
         await store.save_steps([done_step("run-1", "a", attempts=2, result="old")])
@@ -227,6 +240,7 @@ class RunCases:
         assert sorted(s.key for s in got) == ["a", "b"]
 
     async def test_begin_reports_steps_changed_outside_passes(self, store: Store) -> None:
+        """Begin reports steps changed outside passes."""
         await store.insert_run(make_run())
         await begin(store)
         await store.request_pass("run-1", changed="job")
@@ -238,6 +252,7 @@ class RunCases:
         assert again is not None and again.changed == []
 
     async def test_get_runs_reads_many_at_once(self, store: Store) -> None:
+        """Get runs reads many at once."""
         for run_id in ("a", "b", "c"):
             await store.insert_run(make_run(run_id))
         await store.set_run_status("b", "completed", expect=("running",))
@@ -247,6 +262,7 @@ class RunCases:
         assert [r.run_id for r in ended] == ["b"]
 
     async def test_request_pass_sets_the_flag_begin_clears_it(self, store: Store) -> None:
+        """Request pass sets the flag begin clears it."""
         await store.insert_run(make_run())
         await begin(store)
         await store.request_pass("run-1")
@@ -257,6 +273,7 @@ class RunCases:
         assert got is not None and got.pending_pass is False
 
     async def test_start_step_is_fenced_by_status_and_token(self, store: Store) -> None:
+        """Start step is fenced by status and token."""
         await store.insert_run(make_run())
         token = await begin(store)
         now = utcnow()
@@ -281,6 +298,7 @@ class RunCases:
         )
 
     async def test_start_step_clears_done_keys(self, store: Store) -> None:
+        """Start step clears done keys."""
         await store.insert_run(make_run())
         token = await begin(store)
         now = utcnow()
@@ -305,6 +323,7 @@ class RunCases:
         assert got.inflight["c"] == InflightStep(attempt=2, started_at=now, order=5, group=2)
 
     async def test_settle_run_is_guarded_and_clears_inflight(self, store: Store) -> None:
+        """Settle run is guarded and clears inflight."""
         await store.insert_run(make_run())
         token = await begin(store)
         await store.start_step(
@@ -331,6 +350,7 @@ class RunCases:
         )
 
     async def test_settle_run_stores_output(self, store: Store) -> None:
+        """Settle run stores output."""
         await store.insert_run(make_run())
         token = await begin(store)
         assert await store.settle_run(
@@ -344,6 +364,7 @@ class RunCases:
         assert got is not None and got.output == {"ok": [1, {"$x": 2}]}
 
     async def test_set_run_status_is_guarded(self, store: Store) -> None:
+        """Set run status is guarded."""
         await store.insert_run(make_run())
         assert await store.set_run_status("run-1", "completed", expect=("suspended",)) is None
         error = {"type": "WorkflowRunCancelledError", "message": "cancelled"}
@@ -355,6 +376,7 @@ class RunCases:
         assert await store.set_run_status("missing", "cancelled", expect=("running",)) is None
 
     async def test_concurrent_status_changes_one_wins(self, store: Store) -> None:
+        """Concurrent status changes one wins."""
         await store.insert_run(make_run())
         results = await asyncio.gather(
             *(store.set_run_status("run-1", "cancelled", expect=("running",)) for _ in range(8)),
@@ -363,6 +385,7 @@ class RunCases:
         assert sum(1 for r in results if r is not None) == 1
 
     async def test_child_runs_are_listed(self, store: Store) -> None:
+        """Child runs are listed."""
         await store.insert_run(make_run("parent"))
         await store.insert_run(make_run("c1", parent_run_id="parent", parent_step="s"))
         await store.insert_run(make_run("c2", parent_run_id="parent", parent_step="t"))
@@ -372,6 +395,7 @@ class RunCases:
         assert {c.parent_step for c in children} == {"s", "t"}
 
     async def test_find_runs_needing_pass(self, store: Store) -> None:
+        """Find runs needing pass."""
         await store.insert_run(make_run("a", workflow="w1"))
         await store.insert_run(make_run("b", workflow="w2"))
         await store.insert_run(make_run("c", workflow="w1"))
@@ -383,6 +407,7 @@ class RunCases:
         assert len(await store.find_runs_needing_pass(["w1", "w2"], 1)) == 1
 
     async def test_find_idle_runs(self, store: Store) -> None:
+        """Find idle runs."""
         await store.insert_run(make_run("a"))
         await store.insert_run(make_run("b"))
         token = await begin(store, "b")
@@ -400,6 +425,7 @@ class RunCases:
         assert await store.find_idle_runs(earlier, 10) == []
 
     async def test_list_runs_pages_by_id(self, store: Store) -> None:
+        """List runs pages by id."""
         for i in range(7):
             await store.insert_run(make_run(f"r{i}", workflow="even" if i % 2 == 0 else "odd"))
         first = await store.list_runs(workflow=None, status=None, limit=3, after=None)
@@ -411,6 +437,7 @@ class RunCases:
         assert await store.list_runs(workflow=None, status="failed", limit=10, after=None) == []
 
     async def test_delete_runs_only_terminal_and_old(self, store: Store) -> None:
+        """Delete runs only terminal and old."""
         await store.insert_run(make_run("old-done"))
         await store.insert_step(make_job("old-done", "s"))
         await store.insert_event(EventRecord("e1", "old-done", "ev", 1, utcnow()))
@@ -431,6 +458,7 @@ class RunCases:
     # ---- operating (the dashboard) ----------------------------------------------
 
     async def test_list_runs_filters_by_id_prefix(self, store: Store) -> None:
+        """List runs filters by id prefix."""
         ids = ["a", "ab", "abc", "abd", "ab\x00x", "ab\x01y", "ab.*", "ab\uffff", "ab\U0001f600"]
         ids += ["ac", "b", "$ne", "a\x00", "ab/?#<"]
         for run_id in ids:
@@ -451,6 +479,7 @@ class RunCases:
         assert await listed("") == sorted(ids)
 
     async def test_list_runs_filters_by_creation_time(self, store: Store) -> None:
+        """List runs filters by creation time."""
         start = utcnow() - timedelta(minutes=5)
         for i in range(4):
             run = make_run(f"r{i}", workflow="w" if i else "other")
@@ -472,6 +501,7 @@ class RunCases:
         assert [r.run_id for r in runs] == ["r2"]
 
     async def test_count_runs_by_status(self, store: Store) -> None:
+        """Count runs by status."""
         assert await store.count_runs() == {}
         for i in range(7):
             await store.insert_run(make_run(f"r{i}", workflow="w1" if i < 5 else "w2"))
@@ -484,6 +514,7 @@ class RunCases:
         assert await store.count_runs(workflow="$ne") == {}
 
     async def test_list_workflows(self, store: Store) -> None:
+        """List workflows."""
         assert await store.list_workflows() == []
         for i, workflow in enumerate(["b", "a", "b", "$x.y", "a"]):
             await store.insert_run(make_run(f"r{i}", workflow=workflow))

@@ -13,6 +13,7 @@ _T0 = datetime(2026, 12, 3, 1, 0, tzinfo=UTC)
 
 
 def make_schedule(name: str = "nightly", **changes: Any) -> ScheduleRecord:
+    """A schedule ``name`` (``changes``: its fields that differ from a nightly report)."""
     fields: dict[str, Any] = {
         "name": name,
         "workflow": "report",
@@ -33,6 +34,7 @@ class ScheduleCases:
     """What a store must do with schedules."""
 
     async def test_schedules_round_trip_and_replace(self, store: Store) -> None:
+        """Schedules round trip and replace."""
         assert await store.get_schedule("nightly") is None
         assert await store.list_schedules() == []
         first = make_schedule()
@@ -51,6 +53,7 @@ class ScheduleCases:
         assert await store.list_schedules() == [again]
 
     async def test_schedules_are_listed_by_name(self, store: Store) -> None:
+        """Schedules are listed by name."""
         names = ["b", "a", "a\x00z", "$where", "a.b", "Z", "ä"]
         for name in names:
             await store.put_schedule(make_schedule(name, workflow=f"wf-{name}"))
@@ -61,6 +64,7 @@ class ScheduleCases:
         assert got is not None and got.name == "a\x00z"
 
     async def test_delete_schedule(self, store: Store) -> None:
+        """Delete schedule."""
         await store.put_schedule(make_schedule("x"))
         await store.put_schedule(make_schedule("y"))
         assert await store.delete_schedule("x") is True
@@ -69,6 +73,7 @@ class ScheduleCases:
         assert [s.name for s in await store.list_schedules()] == ["y"]
 
     async def test_set_schedule_paused(self, store: Store) -> None:
+        """Set schedule paused."""
         later = _T0 + timedelta(hours=5)
         assert await store.set_schedule_paused("nope", True, updated_at=later) is None
         await store.put_schedule(make_schedule())
@@ -83,6 +88,7 @@ class ScheduleCases:
         assert await store.get_schedule("nightly") == resumed
 
     async def test_advance_schedule_is_a_compare_and_set(self, store: Store) -> None:
+        """Advance schedule is a compare and set."""
         nxt = _T0 + timedelta(days=1)
         assert not await store.advance_schedule("nightly", expect=_T0, next_fire_at=nxt)
         await store.put_schedule(make_schedule())
@@ -97,6 +103,7 @@ class ScheduleCases:
         assert got.input == make_schedule().input and got.created_at == make_schedule().created_at
 
     async def test_concurrent_advances_with_one_expectation_land_once(self, store: Store) -> None:
+        """Concurrent advances with one expectation land once."""
         await store.put_schedule(make_schedule())
         targets = [_T0 + timedelta(seconds=i + 1) for i in range(16)]
         won = await asyncio.gather(

@@ -21,6 +21,7 @@ class StepCases:
     # ---- steps ------------------------------------------------------------------
 
     async def test_insert_step_once(self, store: Store) -> None:
+        """Insert step once."""
         job = make_job("run-1", "s")
         assert await store.insert_step(job)
         assert not await store.insert_step(make_job("run-1", "s", function="other"))
@@ -30,6 +31,7 @@ class StepCases:
         assert await store.get_step("run-1", "nope") is None
 
     async def test_concurrent_inserts_of_one_step_make_one_row(self, store: Store) -> None:
+        """Concurrent inserts of one step make one row."""
         results = await asyncio.gather(
             *(store.insert_step(make_job("run-1", "s", function=f"f{i}")) for i in range(10))
         )
@@ -37,10 +39,12 @@ class StepCases:
         assert len(await store.load_steps("run-1")) == 1
 
     async def test_concurrent_saves_of_one_step_make_one_row(self, store: Store) -> None:
+        """Concurrent saves of one step make one row."""
         await asyncio.gather(*(store.save_steps([done_step("run-1", "s")]) for _ in range(10)))
         assert len(await store.load_steps("run-1")) == 1
 
     async def test_update_step_fences_by_attempt(self, store: Store) -> None:
+        """Update step fences by attempt."""
         await store.insert_step(make_job("run-1", "s"))
         entry = AttemptEntry(attempt=2, status="succeeded", at=utcnow(), started_at=utcnow())
         assert await store.update_step(
@@ -70,6 +74,7 @@ class StepCases:
         assert got.history[-1] == entry
 
     async def test_update_step_guards_and_history(self, store: Store) -> None:
+        """Update step guards and history."""
         await store.insert_step(make_job("run-1", "s"))
         assert not await store.update_step(
             "run-1", "s", guard=StepGuard(status_in=("running",)), changes={"status": "failed"}
@@ -102,6 +107,7 @@ class StepCases:
         assert got is not None and got.history == [first, second] and got.error is None
 
     async def test_claim_takes_the_job_due_first(self, store: Store) -> None:
+        """Claim takes the job due first."""
         await store.insert_step(make_job("r", "late", due_in=-1))
         await store.insert_step(make_job("r", "early", due_in=-5))
         await store.insert_step(make_job("r", "future", due_in=60))
@@ -115,6 +121,7 @@ class StepCases:
         assert await claim_one(store, "fn", "w1", 30) is None
 
     async def test_halted_jobs_are_not_claimed(self, store: Store) -> None:
+        """Halted jobs are not claimed."""
         await store.insert_step(make_job("r", "s"))
         await store.halt_steps("r", True)
         assert await claim_one(store, "fn", "w", 30) is None
@@ -122,6 +129,7 @@ class StepCases:
         assert await claim_one(store, "fn", "w", 30) is not None
 
     async def test_a_batch_claim_takes_the_jobs_due_first(self, store: Store) -> None:
+        """A batch claim takes the jobs due first."""
         for i in range(10):
             await store.insert_step(make_job("r", f"s{i}", due_in=-10 + i))
         await store.insert_step(make_job("r", "other", due_in=-20, function="other"))
@@ -133,6 +141,7 @@ class StepCases:
         assert await store.claim_steps(["fn"], holder="w", claim_ttl=30, limit=10) == []
 
     async def test_concurrent_batch_claims_one_winner_per_job(self, store: Store) -> None:
+        """Concurrent batch claims one winner per job."""
         for i in range(40):
             await store.insert_step(make_job("r", f"s{i:02d}"))
         batches = await asyncio.gather(
@@ -144,6 +153,7 @@ class StepCases:
         assert sorted(won) == [f"s{i:02d}" for i in range(40)]
 
     async def test_concurrent_claims_one_winner_per_job(self, store: Store) -> None:
+        """Concurrent claims one winner per job."""
         for i in range(20):
             await store.insert_step(make_job("r", f"s{i:02d}"))
         won: list[str] = []
@@ -155,6 +165,7 @@ class StepCases:
         assert sorted(won) == [f"s{i:02d}" for i in range(20)]
 
     async def test_a_holder_finds_its_claims(self, store: Store) -> None:
+        """A holder finds its claims."""
         for i in range(3):
             await store.insert_step(make_job("r", f"s{i}"))
         mine = await store.claim_steps(["fn"], holder="me", claim_ttl=30, limit=2)
@@ -164,12 +175,15 @@ class StepCases:
         assert await store.find_claims("nobody") == []
 
     async def test_lapsed_claim_is_taken_back_as_a_new_attempt(self, store: Store) -> None:
+        """Lapsed claim is taken back as a new attempt."""
         await store.insert_step(make_job("r", "s"))
-        first = await claim_one(store, "fn", "dead", 0.05)
+        # Live for the two checks below: a shorter claim lapsed between them on a loaded
+        # machine (two round trips can take 50 ms).
+        first = await claim_one(store, "fn", "dead", 1.0)
         assert first is not None and first.attempts == 1
         assert await claim_one(store, "fn", "live", 30) is None
         assert await store.requeue_lapsed_claims() == 0  # still live
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(1.1)
         assert await store.requeue_lapsed_claims() == 1
         assert await store.requeue_lapsed_claims() == 0
         second = await claim_one(store, "fn", "live", 30)
@@ -185,6 +199,7 @@ class StepCases:
         assert await store.extend_claim("r", "s", holder="live", attempt=2, claim_ttl=30)
 
     async def test_scheduled_steps_page_by_key(self, store: Store) -> None:
+        """Scheduled steps page by key."""
         base = utcnow()
         for i in range(25):
             job = make_job(f"r{i % 3}", f"s{i:02d}")

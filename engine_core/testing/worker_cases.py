@@ -10,6 +10,7 @@ from engine_core.store import Store
 
 
 def make_worker(instance_id: str = "w1", **changes: Any) -> Worker:
+    """A worker record ``instance_id`` (``changes``: its fields that differ)."""
     now = utcnow().replace(microsecond=123456)
     fields: dict[str, Any] = {
         "instance_id": instance_id,
@@ -34,6 +35,7 @@ class WorkerCases:
     """What a store must do with the workers' records."""
 
     async def test_workers_round_trip_refresh_and_delete(self, store: Store) -> None:
+        """Workers round trip refresh and delete."""
         assert await store.list_workers() == []
         first = make_worker()
         await store.put_worker(first)
@@ -46,6 +48,7 @@ class WorkerCases:
         assert await store.list_workers() == []
 
     async def test_expired_workers_are_not_listed_and_order_is_by_start(self, store: Store) -> None:
+        """Expired workers are not listed and order is by start."""
         now = utcnow()
         old = make_worker("b", started_at=datetime(2026, 1, 1, tzinfo=UTC))
         young = make_worker("a")

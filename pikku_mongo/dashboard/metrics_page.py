@@ -44,12 +44,14 @@ class MetricsPage:
         self._registry.register(_Collector(self._reader))
 
     async def metrics(self, request: Request) -> Response:
+        """``/metrics``: the engine's metrics in Prometheus text."""
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
         return Response(generate_latest(self._registry), media_type=CONTENT_TYPE_LATEST)
 
 
 def prometheus_name(name: str, unit: str) -> str:
+    """The Prometheus name of the metric ``name`` measured in ``unit``."""
     base = name.replace(".", "_")
     return base + "_seconds" if unit == "s" else base
 

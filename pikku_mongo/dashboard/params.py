@@ -16,7 +16,7 @@ from urllib.parse import parse_qsl, urlencode
 from starlette.datastructures import QueryParams
 from starlette.requests import Request
 
-from engine_core.options import ORDERS
+from engine_core.common.options import ORDERS
 from engine_core.records import RunState
 
 #: Every run status of the engine (section 4 of the design), in its order.
@@ -104,12 +104,6 @@ class RunFilters:
         ]
         kept = [(k, v) for k, v in pairs if v is not None]
         return "?" + urlencode(kept) if kept else ""
-
-    @property
-    def filtered(self) -> bool:
-        """Whether any filter (beyond the workflow) narrows the list."""
-        narrowing = (self.status, self.version, self.prefix, self.since, self.before)
-        return any(v is not None for v in narrowing)
 
 
 def parse_run_filters(params: QueryParams) -> RunFilters:

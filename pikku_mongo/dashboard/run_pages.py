@@ -26,7 +26,7 @@ from pikku_mongo.dashboard.rendering import PageBase, is_htmx, links_for, log, r
 from pikku_mongo.dashboard.streams_view import stream_tails
 from pikku_mongo.dashboard.views import build_timeline
 from pikku_mongo.dashboard.waiting import awaited_events, event_form, why_waiting
-from pikku_mongo.stranded import DRIVEN
+from pikku_mongo.doctor.stranded import DRIVEN
 
 
 def _bulk_notice(params: Any) -> str | None:

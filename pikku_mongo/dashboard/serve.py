@@ -15,8 +15,9 @@ import uvicorn
 from engine_core import Engine
 from pikku_mongo.dashboard.app import dashboard_app
 from pikku_mongo.dashboard.security import is_loopback
-from pikku_mongo.server import ensure_reachable
-from pikku_mongo.store import MongoStore, _redact
+from pikku_mongo.store.mongo_store import MongoStore
+from pikku_mongo.wire.server import ensure_reachable
+from pikku_mongo.wire.uri import redact
 
 #: How long the first command may wait for the server before ``ui`` gives up.
 CONNECT_TIMEOUT_MS = 5_000
@@ -88,7 +89,7 @@ async def serve(
             metrics=metrics,
         )
         # One ping first: an unreachable server fails here, once, within the timeout.
-        await ensure_reachable(store.database, _redact(uri), CONNECT_TIMEOUT_MS / 1000 + 1)
+        await ensure_reachable(store.database, redact(uri), CONNECT_TIMEOUT_MS / 1000 + 1)
         workflows = await engine.list_workflows()
         sock = bind(host, port)
         config = uvicorn.Config(

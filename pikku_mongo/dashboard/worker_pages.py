@@ -9,7 +9,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from pikku_mongo.dashboard.rendering import PageBase, is_htmx
-from pikku_mongo.stranded import stranded_runs
+from pikku_mongo.doctor.stranded import stranded_runs
 
 
 class WorkerPages(PageBase):

@@ -121,7 +121,7 @@ def releases_dropping_a_copied_entry(command: dict[str, Any]) -> bool:
 
 def writes_outcome(written: dict[str, Any], key: str) -> bool:
     """Whether a step document's ``$set`` writes ``key``'s outcome: its own document,
-    or a journal page holding it (``pikku_mongo.journal_pages``)."""
+    or a journal page holding it (``pikku_mongo.writes.journal_pages``)."""
     page = written.get("page", [])
     return written.get("key") == key or any(json.loads(text)["k"] == key for text in page)
 
@@ -347,7 +347,7 @@ def beside_from_the_first_step(engine: Engine, command: str) -> None:
     """For the cases of a client-level ``bulkWrite``: every outcome goes beside the run
     (by default outcomes ride in the run's journal until 16 can go together)."""
     if command == "bulkWrite":
-        cast(MongoStore, engine.store).beside_at = 1
+        cast(MongoStore, engine.store).run_ops.beside_at = 1
 
 
 @pytest.mark.parametrize(("what", "command", "where"), BULK_WRITES, ids=[w[0] for w in BULK_WRITES])

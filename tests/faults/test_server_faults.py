@@ -16,7 +16,7 @@ import pytest
 
 from engine_core import Engine, RunStatus
 from engine_core.records import TERMINAL
-from pikku_mongo import retry
+from pikku_mongo.wire import retry
 from tests.faults.workload import assert_no_step_ran_after_its_success, mixed_output
 from tests.support.fleet import Fleet
 from tests.support.proxy import ProxyProcess
@@ -124,7 +124,7 @@ async def test_an_outage_past_the_stores_retry_budget_is_waited_out(
 ) -> None:
     """The workers select a server for 1 s at most, so their store gives up retrying
     (``retry.MAX_SECONDS``) well within the outage and raises StoreUnavailableError:
-    passes and workers wait the outage out (``engine_core.outages``) and carry on."""
+    passes and workers wait the outage out (``engine_core.common.outages``) and carry on."""
     uri = f"{fleet.uri}{'&' if '?' in fleet.uri else '?'}serverSelectionTimeoutMS=1000"
     await outage(fleet, client, fault_server, down=retry.MAX_SECONDS + 3, uri=uri)
     assert "the store is unavailable" in fleet.stderr(100_000), fleet.stderr()

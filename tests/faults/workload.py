@@ -13,7 +13,7 @@ from collections import Counter
 from typing import Any
 
 from engine_core import Engine, WorkflowContext
-from engine_core.journal import merged_steps
+from engine_core.common.journal import merged_steps
 from tests.support.execution_log import record
 
 

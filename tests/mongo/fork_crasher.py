@@ -7,31 +7,34 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from typing import Any
 
 from engine_core import Engine
 from engine_core.records import RunRecord
 from pikku_mongo import MongoStore
 
 
-class Pausing(MongoStore):
-    """A MongoStore that parks forever at one point of a fork, for a kill to land."""
+async def _park() -> None:
+    print("between", flush=True)
+    await asyncio.sleep(3600)
 
-    at = "steps"
 
-    async def _park(self) -> None:
-        print("between", flush=True)
-        await asyncio.sleep(3600)
+def pausing(store: MongoStore, at: str) -> None:
+    """Make ``store`` park forever at one point of a fork, for a kill to land: before
+    the fork's run is written (``steps``) or before its marker is taken (``run``)."""
+    insert_run, unmark = store.insert_run, store.fork_ops._unmark
 
-    async def insert_run(self, run: RunRecord) -> RunRecord | None:
-        if self.at == "steps" and run.forked_from is not None:
-            await self._park()
-        return await super().insert_run(run)
+    async def insert_then(run: RunRecord) -> RunRecord | None:
+        if at == "steps" and run.forked_from is not None:
+            await _park()
+        return await insert_run(run)
 
-    async def _unmark(self, packed_id: str) -> bool:
-        if self.at == "run":
-            await self._park()
-        return await super()._unmark(packed_id)
+    async def unmark_then(packed_id: str) -> bool:
+        if at == "run":
+            await _park()
+        return await unmark(packed_id)
+
+    store.insert_run = insert_then  # type: ignore[method-assign]
+    store.fork_ops._unmark = unmark_then  # type: ignore[method-assign]
 
 
 async def main(argv: list[str]) -> None:
@@ -41,8 +44,8 @@ async def main(argv: list[str]) -> None:
     parser.add_argument("fork_id")
     parser.add_argument("--at", default="steps")
     args = parser.parse_args(argv)
-    Pausing.at = args.at
-    store: Any = Pausing.from_uri(args.uri, max_clock_skew=0)
+    store = MongoStore.from_uri(args.uri, max_clock_skew=0)
+    pausing(store, args.at)
     await store.init()
     engine = Engine(store)
     await engine.fork(args.run_id, new_run_id=args.fork_id)

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import multiprocessing
 import os
 import time
 import uuid
+from multiprocessing.synchronize import Barrier
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ import pytest
 from engine_core import Engine, WorkflowContext
 from pikku_mongo import MongoStore
 from tests.conftest import with_database
+from tests.support.start_line import SPAWN, all_ready, start_line
 
 PROCESSES = 4
 RUNS = 24
@@ -52,13 +53,13 @@ def _engine(store: MongoStore, log: str) -> Engine:
     return engine
 
 
-def _serve(uri: str, log: str, begin_at: float, seconds: float, targeted: bool) -> None:
+def _serve(uri: str, log: str, line: Barrier, seconds: float, targeted: bool) -> None:
     async def serve() -> None:
         store = MongoStore.from_uri(uri, max_clock_skew=0, targeted_polling=targeted)
         try:
             await store.init()
             # Every process starts admitting at the same moment: their first rounds race.
-            await asyncio.sleep(max(0.0, begin_at - time.time()))
+            await all_ready(line)
             async with _engine(store, log):
                 await asyncio.sleep(seconds)
         finally:
@@ -111,17 +112,17 @@ async def test_four_processes_keep_the_limits_and_a_killed_one_loses_no_slot(
             await client.start("held", {"run": run_id, "key": key}, run_id=run_id,
                                queue="work", key=key)
         )  # fmt: skip
-    context = multiprocessing.get_context("spawn")
-    begin_at = time.time() + 3.0  # every process has imported and connected by then
+    line = start_line(PROCESSES)
     procs = [
-        context.Process(target=_serve, args=(uri, log, begin_at, 30.0, targeted))
+        SPAWN.Process(target=_serve, args=(uri, log, line, 30.0, targeted))
         for _ in range(PROCESSES)
     ]
     for proc in procs:
         proc.start()
-    # Kill one process once it is inside a step.
+    # Kill one process once it is inside a step (once all of them started and met).
     victim, killed_at = None, 0.0
-    for _ in range(400):
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
         await asyncio.sleep(0.025)
         if Path(log).exists():  # noqa: ASYNC240
             pids = [json.loads(x)["pid"] for x in Path(log).read_text().splitlines()]  # noqa: ASYNC240

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import multiprocessing
 import sys
-import time
 import uuid
 from collections import Counter
 from datetime import timedelta
+from multiprocessing.synchronize import Barrier
 from pathlib import Path
 
 import pytest
@@ -18,17 +17,19 @@ import pytest
 from engine_core.records import StepRecord, utcnow
 from pikku_mongo import MongoStore
 from tests.conftest import with_database
+from tests.support.start_line import SPAWN, all_ready, start_line
 
 STEPS = 500
 PROCESSES = 4
 
 
-def _claimer(uri: str, barrier_at: float, out: str, targeted: bool) -> None:
+def _claimer(uri: str, line: Barrier, out: str, targeted: bool) -> None:
     async def claim_all() -> list[str]:
         store = MongoStore.from_uri(uri, targeted_polling=targeted)
         won: list[str] = []
         try:
-            await asyncio.sleep(max(0.0, barrier_at - time.time()))
+            await store.database.command("ping")  # connected: the first claim goes at once
+            await all_ready(line)
             empty = 0
             while empty < 3:  # a batch can come back empty while others hold the rest
                 batch = await store.claim_steps(
@@ -66,12 +67,9 @@ async def test_concurrent_claims_from_four_processes(
                 scheduled_at=due,
             )
         )
-    context = multiprocessing.get_context("spawn")
-    barrier_at = time.time() + 3.0  # every process has connected by then
+    line = start_line(PROCESSES)
     outputs = [f"{tmp_path}/claims-{n}.json" for n in range(PROCESSES)]
-    procs = [
-        context.Process(target=_claimer, args=(uri, barrier_at, out, targeted)) for out in outputs
-    ]
+    procs = [SPAWN.Process(target=_claimer, args=(uri, line, out, targeted)) for out in outputs]
     for proc in procs:
         proc.start()
     for proc in procs:

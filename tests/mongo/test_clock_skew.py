@@ -1,6 +1,6 @@
 """Lease and claim expiry under a clock skew bound, and the clock offset probe.
 
-Two hosts are simulated by two stores whose clocks (``pikku_mongo.store.utcnow``) are
+Two hosts are simulated by two stores whose clocks (``utcnow`` of the store's parts) are
 set per call: a holder on one clock, a taker on another that runs up to the bound ahead
 of it or behind it.
 """
@@ -19,7 +19,7 @@ from engine_core.errors import InvalidDurationError
 from engine_core.records import StepRecord, utcnow
 from pikku_mongo import MongoStore
 from pikku_mongo.errors import LeaseTooShortError
-from pikku_mongo.server import ClockOffset, measure_clock_offset
+from pikku_mongo.wire.server import ClockOffset, measure_clock_offset
 from tests.conftest import mongo_store
 
 SKEW = 1.0
@@ -48,8 +48,8 @@ class Clocks:
 def clocks(monkeypatch: pytest.MonkeyPatch) -> Clocks:
     made = Clocks()
     made.begin()
-    for module in ("store", "step_ops", "run_ops", "queue_ops"):
-        monkeypatch.setattr(f"pikku_mongo.{module}.utcnow", made.now)
+    for module in ("lease_ops", "step_ops", "run_ops", "queue_ops"):
+        monkeypatch.setattr(f"pikku_mongo.store.{module}.utcnow", made.now)
     return made
 
 
@@ -164,15 +164,15 @@ async def test_a_clock_off_by_more_than_half_the_bound_is_a_warning(
     store = await mongo_store(nx_uri, max_clock_skew="1s")
     try:
         ahead: Callable[[], float] = lambda: time.time() + 0.8  # noqa: E731
-        monkeypatch.setattr("pikku_mongo.server.wall_clock", ahead)
-        with caplog.at_level(logging.WARNING, logger="pikku_mongo.store"):
+        monkeypatch.setattr("pikku_mongo.wire.server.wall_clock", ahead)
+        with caplog.at_level(logging.WARNING, logger="pikku_mongo.store.mongo_store"):
             measured = await store.clock_offset()
         assert measured is not None and 0.7 < measured.offset < 0.9
         assert measured.beyond(0.5) and not measured.beyond(1.0)
         assert any("off the MongoDB server" in r.getMessage() for r in caplog.records)
         caplog.clear()
         # init measures too, and a failed measurement never fails init.
-        with caplog.at_level(logging.WARNING, logger="pikku_mongo.store"):
+        with caplog.at_level(logging.WARNING, logger="pikku_mongo.store.mongo_store"):
             await store.init()
         assert any("+0.8" in r.getMessage() for r in caplog.records)
     finally:

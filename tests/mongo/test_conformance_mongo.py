@@ -1,11 +1,11 @@
 """The store conformance suite on MongoStore, against both wire servers.
 
-Every command of the run goes through a :class:`~pikku_mongo.shard_keys.ShardKeyListener`:
+Every command of the run goes through a :class:`~tests.support.shard_key_check.ShardKeyListener`:
 a single-document write or upsert on a sharded collection whose filter does not carry
 the collection's shard key fails the test that sent it (docs/guides/sharding.md: no sharded server
 runs here, so this is what keeps the store servable by one). The suite runs again with
 targeted polling forced on (the job index a sharded cluster gets by default: see
-:mod:`pikku_mongo.job_index`)."""
+:mod:`pikku_mongo.store.job_index`)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ import pytest
 
 from engine_core.testing import StoreConformance
 from pikku_mongo import MongoStore
-from pikku_mongo.shard_keys import ShardKeyListener
 from tests.conftest import mongo_store
+from tests.support.shard_key_check import ShardKeyListener
 
 
 async def _checked(uri: str, **options: Any) -> AsyncIterator[MongoStore]:

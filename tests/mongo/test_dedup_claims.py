@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 from pymongo import monitoring
 
-import pikku_mongo.dedup_ops as dedup_ops
+import pikku_mongo.store.dedup_ops as dedup_ops
 from engine_core import DuplicateRunError, Engine, WorkflowContext
 from engine_core.testing.builders import make_run
 from pikku_mongo import MongoStore
-from pikku_mongo.documents import dedup_key
-from pikku_mongo.encoding import pack
+from pikku_mongo.wire.documents import dedup_key
+from pikku_mongo.wire.encoding import pack
 from tests.conftest import mongo_store, with_database
 
 # Claims, then hangs where the run's insert would be sent, until killed.
@@ -90,8 +90,8 @@ async def test_the_migration_moves_dedup_ids_to_claims_and_drops_the_unique_inde
 
 
 async def test_a_database_of_a_newer_format_is_refused(nx_uri: str) -> None:
-    from pikku_mongo.documents import FORMAT
     from pikku_mongo.errors import PikkuMongoError, StorageFormatError
+    from pikku_mongo.wire.documents import FORMAT
 
     store = await mongo_store(nx_uri)
     await store.meta.update_one({"_id": "format"}, {"$set": {"version": FORMAT + 1}})

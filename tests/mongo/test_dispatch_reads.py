@@ -11,8 +11,8 @@ from pymongo import monitoring
 
 from engine_core import Engine, WorkflowContext
 from pikku_mongo import MongoStore
-from pikku_mongo.shard_keys import ShardKeyListener
 from tests.conftest import with_database
+from tests.support.shard_key_check import ShardKeyListener
 
 N = 40
 

@@ -1,4 +1,4 @@
-"""``pikku_mongo.doctor``: each check's verdicts, on the wire servers and on ``hello``
+"""``pikku_mongo.doctor.diagnosis``: each check's verdicts, on the wire servers and on ``hello``
 replies of deployments there are none of here (replica sets, arbiters, mongos)."""
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ from pymongo import WriteConcern
 from pymongo.read_concern import ReadConcern
 
 from pikku_mongo import MongoStore
-from pikku_mongo.doctor import _topology, diagnose, render
-from pikku_mongo.server import topology
+from pikku_mongo.doctor import diagnose, render
+from pikku_mongo.doctor.diagnosis import _topology
+from pikku_mongo.wire.server import topology
 from tests.conftest import mongo_store
 
 
@@ -109,7 +110,9 @@ async def test_a_far_clock_fails_and_a_near_one_warns(
     store = await mongo_store(nx_uri, max_clock_skew="1s")
     try:
         for shift, status in ((0.0, "ok"), (0.7, "warn"), (-1.5, "fail")):
-            monkeypatch.setattr("pikku_mongo.server.wall_clock", lambda s=shift: time.time() + s)
+            monkeypatch.setattr(
+                "pikku_mongo.wire.server.wall_clock", lambda s=shift: time.time() + s
+            )
             report = await diagnose(store)
             assert report.get("clock").status == status, report.get("clock")
         assert not report.ok

@@ -12,7 +12,7 @@ import pytest
 from pymongo import monitoring
 
 from engine_core import Engine, WorkflowContext, WorkflowRunCancelledError
-from engine_core.journal import journals, merged
+from engine_core.common.journal import journals, merged
 from engine_core.records import utcnow
 from engine_core.testing.builders import begin, done_step, make_run
 from pikku_mongo import MongoStore
@@ -46,7 +46,7 @@ async def listened(server: str) -> AsyncIterator[tuple[MongoStore, Commands]]:
         event_listeners=[listener],
         max_clock_skew=0,
     )
-    store.beside_at = 1  # every outcome beside the run where the server can
+    store.run_ops.beside_at = 1  # every outcome beside the run where the server can
     await store.init()
     yield store, listener
     await store.database.client.drop_database(store.database.name)

@@ -1,4 +1,4 @@
-"""Journal pages (``pikku_mongo.journal_pages``): a long run's final inline outcomes
+"""Journal pages (``pikku_mongo.writes.journal_pages``): a long run's final inline outcomes
 leave the run's journal in pages of several outcomes, and every reader of the run's
 steps (a replay after a park, ``status``, ``fork``, a dry replay) sees them as if each
 had its own step document."""
@@ -13,9 +13,9 @@ import pytest
 from engine_core import Engine, WorkflowContext, WorkflowRunFailedError
 from engine_core.testing.builders import done_step
 from pikku_mongo import MongoStore
-from pikku_mongo.documents import step_to_doc
-from pikku_mongo.journal_pages import PAGE, page_upsert, steps_of_docs
-from pikku_mongo.journal_text import step_to_text
+from pikku_mongo.wire.documents import step_to_doc
+from pikku_mongo.wire.journal_text import step_to_text
+from pikku_mongo.writes.journal_pages import PAGE, page_upsert, steps_of_docs
 from tests.conftest import mongo_store
 
 STEPS = 40

@@ -8,7 +8,8 @@ from datetime import timedelta
 import pytest
 
 from engine_core.records import AttemptEntry, StepRecord, utcnow
-from pikku_mongo.journal_text import RecentTexts, long_text, step_from_text, step_to_text
+from pikku_mongo.wire.journal_text import RecentTexts, step_from_text, step_to_text
+from tests.support.legacy_journal import long_text
 
 NOW = utcnow()
 

@@ -25,7 +25,7 @@ from pymongo import AsyncMongoClient
 from pymongo.errors import AutoReconnect, InvalidOperation, OperationFailure
 from tenacity import wait_none
 
-import pikku_mongo.retry
+import pikku_mongo.wire.retry
 from engine_core.errors import StoreUnavailableError
 from engine_core.memory import InMemoryStore
 from engine_core.records import (
@@ -40,9 +40,9 @@ from engine_core.records import (
 )
 from engine_core.store import Store
 from pikku_mongo import MissingDatabaseError, MongoStore
-from pikku_mongo.documents import inflight_field
-from pikku_mongo.encoding import pack, unpack
-from pikku_mongo.retry import is_transient, transient_retry
+from pikku_mongo.wire.documents import inflight_field
+from pikku_mongo.wire.encoding import pack, unpack
+from pikku_mongo.wire.retry import is_transient, transient_retry
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 T0 = datetime(2020, 1, 1, tzinfo=UTC)  # in the past: steps due at T0 are due
@@ -390,7 +390,7 @@ def test_transient_errors() -> None:
 
 @pytest.fixture
 def no_wait(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(pikku_mongo.retry, "_WAIT", wait_none())
+    monkeypatch.setattr(pikku_mongo.wire.retry, "_WAIT", wait_none())
 
 
 async def test_transient_errors_are_retried_then_surface(
@@ -406,7 +406,7 @@ async def test_transient_errors_are_retried_then_surface(
             raise AutoReconnect("primary stepped down")
         return "ok"
 
-    with caplog.at_level(logging.DEBUG, logger="pikku_mongo.retry"):
+    with caplog.at_level(logging.DEBUG, logger="pikku_mongo.wire.retry"):
         assert await flaky(2) == "ok" and calls == 3
     assert sum("retrying" in r.getMessage() for r in caplog.records) == 2
     calls = 0
@@ -414,7 +414,7 @@ async def test_transient_errors_are_retried_then_surface(
     with pytest.raises(StoreUnavailableError, match="primary stepped down") as raised:
         await flaky(100)
     assert isinstance(raised.value.__cause__, AutoReconnect)
-    assert calls == pikku_mongo.retry.MAX_ATTEMPTS
+    assert calls == pikku_mongo.wire.retry.MAX_ATTEMPTS
 
     @transient_retry
     async def broken() -> None:

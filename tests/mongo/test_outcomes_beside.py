@@ -12,11 +12,11 @@ import bson
 import pytest
 
 from engine_core import Engine, WorkflowContext
-from engine_core.journal import FLUSH_AT, journals
+from engine_core.common.journal import FLUSH_AT, journals
 from engine_core.testing.builders import done_step
 from pikku_mongo import MongoStore
-from pikku_mongo.encoding import pack
-from pikku_mongo.journal_writes import BESIDE_AT
+from pikku_mongo.wire.encoding import pack
+from pikku_mongo.writes.journal_writes import BESIDE_AT
 from tests.conftest import mongo_store
 
 STEPS = 3 * FLUSH_AT

@@ -12,7 +12,7 @@ from engine_core.flow.queues import declare
 from engine_core.records import utcnow
 from engine_core.testing.builders import begin
 from engine_core.testing.flow_cases import queued
-from pikku_mongo.encoding import to_us
+from pikku_mongo.wire.encoding import to_us
 from tests.conftest import mongo_store
 from tests.test_admission import Kicks
 

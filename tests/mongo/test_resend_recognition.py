@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from pymongo.errors import AutoReconnect
 
-from engine_core.journal import journals
+from engine_core.common.journal import journals
 from engine_core.records import RunState, utcnow
 from engine_core.testing.builders import begin, done_step, make_run
 from pikku_mongo import MongoStore
@@ -23,7 +23,7 @@ async def test_a_landed_write_is_recognised_after_another_landed(
     request: pytest.FixtureRequest, server: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store: MongoStore = await mongo_store(request.getfixturevalue(server))
-    store.beside_at = 1  # every outcome beside the run where the server can
+    store.run_ops.beside_at = 1  # every outcome beside the run where the server can
     await store.insert_run(make_run("r"))
     token = await begin(store, "r")
     real = store.runs.update_one

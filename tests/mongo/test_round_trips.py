@@ -14,9 +14,9 @@ from pymongo import monitoring
 
 from engine_core import Engine, WorkflowContext
 from pikku_mongo import MongoStore
-from pikku_mongo.journal_writes import BESIDE_AT
-from pikku_mongo.shard_keys import ShardKeyListener
+from pikku_mongo.writes.journal_writes import BESIDE_AT
 from tests.conftest import with_database
+from tests.support.shard_key_check import ShardKeyListener
 
 
 class RunCommands(monitoring.CommandListener):

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import multiprocessing
 import sys
 import time
 import uuid
 from collections import Counter
 from datetime import UTC, datetime
+from multiprocessing.synchronize import Barrier
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ import pytest
 from engine_core import Engine, WorkflowContext
 from pikku_mongo import MongoStore
 from tests.conftest import with_database
+from tests.support.start_line import SPAWN, all_ready, start_line
 
 PROCESSES = 4
 SERVE_S = 4.0
@@ -34,12 +35,14 @@ def _engine(store: MongoStore) -> Engine:
     return engine
 
 
-def _server(uri: str, begin_at: float, out: str) -> None:
+def _server(uri: str, line: Barrier, out: str) -> None:
     async def serve() -> dict[str, float]:
         store = MongoStore.from_uri(uri, max_clock_skew=0)
         engine = _engine(store)
         try:
-            await asyncio.sleep(max(0.0, begin_at - time.time()))
+            await store.database.command("ping")
+            await all_ready(line)
+            begin_at = time.time()
             async with engine:
                 # A busy machine may start a process late: the window is judged from
                 # when each one began serving, not from when it was asked to.
@@ -68,10 +71,9 @@ async def test_four_processes_fire_each_fire_once(
     await store.init()
     engine = _engine(store)
     await engine.create_schedule("race", "tick", every="1s", input={"from": "race"})
-    context = multiprocessing.get_context("spawn")
-    begin_at = time.time() + 3.0  # every process has imported and connected by then
+    line = start_line(PROCESSES)
     outputs = [str(tmp_path / f"fired-{n}.json") for n in range(PROCESSES)]
-    procs = [context.Process(target=_server, args=(uri, begin_at, out)) for out in outputs]
+    procs = [SPAWN.Process(target=_server, args=(uri, line, out)) for out in outputs]
     for proc in procs:
         proc.start()
     for proc in procs:

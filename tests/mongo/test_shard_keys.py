@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pikku_mongo.shard_keys import missing_shard_keys, run_filter, step_filter
+from pikku_mongo.wire.shard_keys import step_filter
+from tests.support.shard_key_check import missing_shard_keys, run_filter
 
 
 def _missing(name: str, command: dict[str, Any]) -> list[str]:

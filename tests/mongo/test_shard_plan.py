@@ -11,9 +11,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from pikku_mongo import MongoStore
 from pikku_mongo.doctor import diagnose
-from pikku_mongo.doctor_shards import blocking_indexes, judge_shard_keys
-from pikku_mongo.store import MongoStore
+from pikku_mongo.doctor.shards import blocking_indexes, judge_shard_keys
 from tests.conftest import mongo_store
 
 # config.collections documents as MongoDB 7.0 returns them (trimmed to what is read).
@@ -117,7 +117,7 @@ def test_shard_plan_prints_the_commands() -> None:
 
 
 async def test_through_a_router_the_offset_is_the_mongos_clock(initialised: MongoStore) -> None:
-    from pikku_mongo.doctor import _clock
+    from pikku_mongo.doctor.diagnosis import _clock
 
     check = await _clock(initialised, "sharded")
     assert "off the mongos clock" in check.detail

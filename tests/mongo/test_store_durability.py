@@ -13,7 +13,7 @@ from pymongo.read_concern import ReadConcern
 
 from engine_core import Engine, WorkflowContext
 from pikku_mongo import MongoStore
-from pikku_mongo.store import DEFAULT_READ_CONCERN, DEFAULT_WRITE_CONCERN
+from pikku_mongo.store.options import DEFAULT_READ_CONCERN, DEFAULT_WRITE_CONCERN
 from tests.conftest import mongo_store, with_database
 
 

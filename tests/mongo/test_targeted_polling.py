@@ -1,8 +1,8 @@
-"""Targeted polling (docs/guides/sharding.md, :mod:`pikku_mongo.job_index`,
-:mod:`pikku_mongo.line_index`): a worker's and an admitter's polls read no sharded
+"""Targeted polling (docs/guides/sharding.md, :mod:`pikku_mongo.store.job_index`,
+:mod:`pikku_mongo.store.line_index`): a worker's and an admitter's polls read no sharded
 collection without its shard key; a process killed between a job's insert and its index
-entry, or between its claims and the index cleanup, strands no job past one recovery
-sweep and runs none twice; the setting is off by topology on a replica set and checked."""
+entry, or between its claims and the index cleanup, strands no job past one recovery sweep
+and runs none twice; the setting is off by topology on a replica set and checked."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ import pytest
 from engine_core import Engine, WorkflowContext
 from engine_core.testing.builders import make_job, make_run
 from pikku_mongo import MongoStore
-from pikku_mongo.poll_check import PollListener, polling
-from pikku_mongo.shard_keys import ShardKeyListener
 from tests.conftest import mongo_store, with_database
+from tests.support.poll_check import PollListener, polling
+from tests.support.shard_key_check import ShardKeyListener
 
 SERVERS = ["nx_uri", "mongoeco_uri"]
 #: The store methods a worker's and an admitter's polls call at every turn.
@@ -288,7 +288,7 @@ async def test_a_fleet_runs_once_the_job_of_a_process_killed_before_its_entry(
 async def test_on_by_topology_through_a_mongos(
     nx_uri: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import pikku_mongo.store as store_module
+    import pikku_mongo.store.mongo_store as store_module
 
     async def mongos_hello(database: Any) -> dict[str, Any]:
         return {"msg": "isdbgrid", "ok": 1}  # what a mongos answers (no sharded server here)

@@ -16,11 +16,11 @@ from bson import BSON
 from pymongo import monitoring
 
 from engine_core import Engine, StepFailedError, WorkflowContext, current_step
+from engine_core.common.journal import JOURNAL_BYTES
+from engine_core.common.values import MAX_VALUE_BYTES
 from engine_core.errors import StoreUnavailableError
-from engine_core.journal import JOURNAL_BYTES
-from engine_core.values import MAX_VALUE_BYTES
 from pikku_mongo import MongoStore
-from pikku_mongo.journal_text import step_from_text
+from pikku_mongo.wire.journal_text import step_from_text
 from tests.conftest import with_database
 
 WIDTH = 300
@@ -196,7 +196,7 @@ async def test_outcomes_a_failed_write_may_have_left_in_the_journal_leave_it(
 
     async def record_steps(run_id: str, **kwargs: Any) -> bool:
         landed = await real(run_id, **kwargs)
-        if not failed and 0 < len(kwargs["outcomes"]) < store.beside_at:
+        if not failed and 0 < len(kwargs["outcomes"]) < store.run_ops.beside_at:
             failed.append(len(kwargs["outcomes"]))
             raise StoreUnavailableError("the reply was lost (the test)")
         return landed

@@ -142,17 +142,19 @@ def ensure_mongoeco_env(python313: str | None = None, *, quiet: bool = False) ->
 
     Returns None (after printing why) when no Python >= 3.13 is available.
     Raises ServerStartError when venv creation or pip install fails.
-    Concurrent callers (e.g. pytest-xdist workers) serialise on a lock file.
+    Concurrent callers (the pytest-xdist workers, each starting its own server) serialise
+    on a lock file, the check included: a venv another worker is still installing into
+    may already import mongoeco while missing a dependency.
     """
     venv = mongoeco_venv_dir()
-    if venv in _ENV_VERIFIED or _mongoeco_env_ok(venv):
-        _ENV_VERIFIED.add(venv)
+    if venv in _ENV_VERIFIED:
         return _venv_python(venv)
     venv.parent.mkdir(parents=True, exist_ok=True)
     lock_path = venv.parent / (venv.name + ".lock")
     with open(lock_path, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if _mongoeco_env_ok(venv):
+            _ENV_VERIFIED.add(venv)
             return _venv_python(venv)
         py313 = python313 or find_python313()
         if py313 is None:

@@ -12,6 +12,7 @@ import atexit
 import contextlib
 import ctypes
 import os
+import random
 import shutil
 import signal
 import socket
@@ -181,8 +182,36 @@ def _stop_all() -> None:
             srv.stop(timeout=2.0)
 
 
+#: Its own generator: tests that seed the global one (Hypothesis does) must not make two
+#: pytest-xdist workers draw the same ports.
+_PORT_PICKER = random.Random()
+
+
+def _ephemeral_start() -> int | None:
+    """The first port of the kernel's ephemeral range (Linux), or None if unknown."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as ports:
+            return int(ports.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def free_port(host: str = HOST) -> int:
-    """A currently free TCP port on ``host`` (the usual bind-to-0 trick)."""
+    """A TCP port on ``host`` that nothing is bound to now, below the kernel's ephemeral
+    range where it is known: no bind-to-0 elsewhere and no outgoing connection's local
+    port can take it while its server is down (a fault test's outage, before the restart
+    on the same port), and a client retrying it cannot connect to itself (a TCP
+    simultaneous open, as when the kernel picks the dead server's port as the source)."""
+    start = _ephemeral_start()
+    if start is not None and start > 11000:
+        for _ in range(200):
+            port = _PORT_PICKER.randrange(10000, start)
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                try:
+                    sock.bind((host, port))
+                except OSError:
+                    continue
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])

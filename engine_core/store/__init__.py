@@ -1,0 +1,42 @@
+"""The store protocol: the only seam between the engine and its storage.
+
+Every method is a single atomic operation on the store; the engine builds its
+guarantees on the guards stated here. "Atomic" means a concurrent caller sees either
+the whole write or none of it, and that two callers racing on the same guard cannot
+both win. Times are timezone-aware UTC datetimes. Values (inputs, results, payloads)
+arrive already checked as JSON-shaped and come back equal to what was written.
+"""
+
+from __future__ import annotations
+
+import typing
+
+from engine_core.store.events import EventStore
+from engine_core.store.fleet import FleetStore
+from engine_core.store.flow import FlowStore
+from engine_core.store.runs import RunStore
+from engine_core.store.steps import StepStore
+from engine_core.store.streams import StreamStore
+
+__all__ = [
+    "EventStore",
+    "FleetStore",
+    "FlowStore",
+    "RunStore",
+    "StepStore",
+    "Store",
+    "StreamStore",
+]
+
+
+@typing.runtime_checkable
+class Store(RunStore, FlowStore, StepStore, EventStore, StreamStore, FleetStore, typing.Protocol):
+    """What the engine needs from storage, one protocol per part of it (``runs``,
+    ``flow``, ``steps``, ``events``, ``streams``, ``fleet``). See ``engine_core.testing``
+    for the suite that checks an implementation against every guarantee stated."""
+
+    async def init(self) -> None:
+        """Prepare the store (create indexes); safe to call any number of times."""
+
+    async def close(self) -> None:
+        """Release what the store holds open. The store is not used afterwards."""

@@ -1,0 +1,29 @@
+"""What the parts that read and write runs share (:class:`RunsPart`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pymongo.asynchronous.collection import AsyncCollection
+
+from pikku_mongo.store.dedup_ops import DedupOps
+from pikku_mongo.store.targeting import Targeting
+from pikku_mongo.wire.causal import CausalReads
+from pikku_mongo.wire.documents import Doc
+from pikku_mongo.wire.skew import SkewBound
+from pikku_mongo.writes.batcher import Batcher
+
+
+@dataclass(eq=False, kw_only=True)
+class RunsPart:
+    """The ``runs`` collection and what writing it takes: its group commit, the dedup
+    claims a start takes, the line index (when targeted polling is on), causal reads
+    and the clock-skew bound."""
+
+    runs: AsyncCollection[Doc]
+    run_writes: Batcher
+    dedup: DedupOps
+    #: The line index, when targeted polling is on.
+    targeting: Targeting
+    reads: CausalReads
+    skew: SkewBound

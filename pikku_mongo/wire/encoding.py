@@ -1,0 +1,84 @@
+"""The scalar encodings of stored documents: identity strings, values and times.
+
+* Values are stored as JSON text, so a user key such as ``"$set"`` or ``"a.b"`` is just
+  characters inside a string.
+* Identity strings that filters and sorts compare go through :func:`pack`, an
+  order-preserving escape of the NUL character (nx-27017 cannot match a string
+  containing NUL by equality). It is the identity on every string without ``\\x00`` or
+  ``\\x01``.
+* Times are integer microseconds since the Unix epoch (UTC): see ``documents``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime, timedelta
+from typing import Any, cast
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_ONE_US = timedelta(microseconds=1)
+_UNESCAPE = re.compile("\x01(.)", re.DOTALL)
+
+
+def pack(value: str) -> str:
+    """Escape NUL order-preservingly: ``\\x00`` -> ``\\x01\\x01``, ``\\x01`` -> ``\\x01\\x02``."""
+    if "\x00" not in value and "\x01" not in value:
+        return value
+    return value.replace("\x01", "\x01\x02").replace("\x00", "\x01\x01")
+
+
+def unpack(value: str) -> str:
+    """The string :func:`pack` made ``value`` from."""
+    if "\x01" not in value:
+        return value
+    return _UNESCAPE.sub(lambda m: "\x00" if m.group(1) == "\x01" else "\x01", value)
+
+
+def pack_opt(value: str | None) -> str | None:
+    """:func:`pack`, None kept."""
+    return None if value is None else pack(value)
+
+
+def unpack_opt(value: Any) -> str | None:
+    """:func:`unpack`, None kept."""
+    return None if value is None else unpack(cast(str, value))
+
+
+def dump_value(value: Any) -> str:
+    """A JSON-shaped value as JSON text (ASCII, so it always encodes as BSON)."""
+    return json.dumps(value, separators=(",", ":"))
+
+
+def load_value(text: Any) -> Any:
+    """The value ``text`` (JSON, as :func:`dump_value` wrote it) holds; None for None."""
+    return None if text is None else json.loads(cast(str, text))
+
+
+def to_us(moment: datetime) -> int:
+    """A time as integer microseconds since the epoch (a naive time is taken as UTC,
+    as PyMongo takes it)."""
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return (moment - EPOCH) // _ONE_US
+
+
+def from_us(value: Any) -> datetime:
+    """The aware UTC datetime of microseconds since the epoch."""
+    return EPOCH + timedelta(microseconds=int(value))
+
+
+#: Lower bound for "has a time" (``datetime.min``): ``{"$gte": MIN_TIME}`` matches every
+#: stored time and never null or a missing field, on MongoDB and on both test servers
+#: (``$type`` is not portable, and mongoeco counts null below any number in ``$lte``).
+MIN_TIME = to_us(datetime.min)
+
+
+def opt_to_us(moment: datetime | None) -> int | None:
+    """:func:`to_us`, None kept."""
+    return None if moment is None else to_us(moment)
+
+
+def opt_from_us(value: Any) -> datetime | None:
+    """:func:`from_us`, None kept."""
+    return None if value is None else from_us(value)

@@ -1,0 +1,86 @@
+"""Wake-ups from a change stream: a hint that a queue job was inserted.
+
+Only a hint: the worker still claims through its guarded writes, and polls with a
+backoff when the server serves no change streams (mongoeco answers "Unsupported
+aggregation stage") or the stream breaks. Servers that hold a ``getMore`` until a change
+comes (MongoDB) are read in a loop; one that answers at once (nx-27017) is read every
+:data:`POLL_S`, so an idle stream does not spin.
+
+Only the ``steps`` collection is watched, and only for inserts of dispatched steps: on
+nx-27017 a watched collection pays a copy of every written document into its change log,
+and the run documents are written at every step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from pymongo.asynchronous.collection import AsyncCollection
+from pymongo.errors import OperationFailure, PyMongoError
+
+log = logging.getLogger("pikku_mongo.wire.watch")
+
+Doc = dict[str, Any]
+#: How long the server may hold a ``getMore`` (MongoDB); and how often a stream is read
+#: when the server answers at once instead.
+MAX_AWAIT_MS = 1000
+POLL_S = 0.01
+#: A ``getMore`` back sooner than this did not wait for a change.
+_PROMPT_S = 0.005
+_RETRY_S = 5.0
+
+#: Inserts of claimable jobs (one inserted already claimed by its dispatcher is not).
+JOB_INSERTS: list[Doc] = [
+    {
+        "$match": {
+            "operationType": {"$eq": "insert"},
+            "fullDocument.kind": {"$eq": "dispatch"},
+            "fullDocument.status": {"$eq": "scheduled"},
+        }
+    }
+]
+
+
+def unsupported(exc: OperationFailure) -> bool:
+    """Whether the server refused a change stream for good (a standalone MongoDB, or a
+    server without the stage), rather than failed once."""
+    message = str(exc)
+    return exc.code in (40573, 40324, 136) or "$changeStream" in message
+
+
+async def job_inserts(steps: AsyncCollection[Doc]) -> AsyncIterator[None]:
+    """Yield once per inserted queue job (or batch of them) until the server refuses
+    change streams; reopened after a broken stream."""
+    async for _ in inserts(steps, JOB_INSERTS, "change stream", "workers poll"):
+        yield None
+
+
+async def inserts(
+    collection: AsyncCollection[Doc], pipeline: list[Doc], what: str, fallback: str | None
+) -> AsyncIterator[None]:
+    """Yield once per change ``pipeline`` lets through (or batch of them) until the
+    server refuses change streams (logged at INFO with ``fallback``, when given);
+    reopened after a broken stream (``what`` names it in the warning)."""
+    while True:
+        try:
+            async with await collection.watch(pipeline, max_await_time_ms=MAX_AWAIT_MS) as stream:
+                while stream.alive:
+                    asked = time.monotonic()
+                    change = await stream.try_next()
+                    if change is not None:
+                        yield None
+                    elif time.monotonic() - asked < _PROMPT_S:
+                        await asyncio.sleep(POLL_S)
+        except OperationFailure as exc:
+            if unsupported(exc):
+                if fallback is not None:
+                    log.info("no change streams on this server (%s); %s", exc, fallback)
+                return
+            log.warning("%s failed (%s); reopening in %.0f s", what, exc, _RETRY_S)
+        except PyMongoError as exc:
+            log.warning("%s broke (%s); reopening in %.0f s", what, exc, _RETRY_S)
+        await asyncio.sleep(_RETRY_S)
