@@ -22,6 +22,7 @@ from engine_core import (
 )
 from engine_core.store import Store
 from tests.conftest import open_store
+from tests.support.waiting import wait_step
 
 
 @pytest.fixture(params=["memory", "mongo", "mongo-targeted"])
@@ -78,14 +79,14 @@ async def test_a_queue_bounds_the_runs_admitted_at_once(engine: Engine) -> None:
 async def test_a_run_holds_its_slot_while_it_sleeps(engine: Engine) -> None:
     @engine.workflow("napper")
     async def napper(ctx: WorkflowContext, data: Any) -> Any:
-        await ctx.sleep("nap", "300ms")
+        await ctx.sleep("nap", "1s")
         return data
 
     engine.queue("one", concurrency=1)
     async with engine:
         first = await engine.start("napper", 1, queue="one")
         second = await engine.start("napper", 2, queue="one")
-        await asyncio.sleep(0.15)
+        await wait_step(engine, first, "nap", "scheduled")
         assert (await engine.status(first)).status == "running"
         assert (await engine.status(second)).status == "queued"
         assert await engine.result(second, timeout=10) == 2
