@@ -1,5 +1,5 @@
-"""Calls on the context: what every call a workflow body makes on the engine shares
-(how a checkpointed call is wrapped, and how a recorded value reaches the body)."""
+"""Calls on the context: how every call a workflow body makes on the engine is wrapped
+(on the context, or on an update the body took)."""
 
 from __future__ import annotations
 
@@ -7,31 +7,12 @@ import functools
 from collections.abc import Callable, Coroutine
 from typing import Any, ParamSpec, Protocol, TypeVar
 
-from engine_core.common.convert import from_json
 from engine_core.common.outages import StoreDown
 from engine_core.errors import StoreUnavailableError
 from engine_core.run.branches import StepNames, mark_call
 
 _T = TypeVar("_T")
 _P = ParamSpec("_P")
-
-
-class ValueMismatch(BaseException):
-    """A recorded value does not fit the type the code now declares for it: the run is
-    suspended with the error, as a divergence is (a ``BaseException``: a workflow body's
-    ``except Exception`` must not take it for its own failure)."""
-
-    def __init__(self, what: str, declared: Any, exc: BaseException) -> None:
-        name = getattr(declared, "__name__", str(declared))
-        super().__init__(f"{what} does not fit the type the code declares ({name}): {exc}")
-
-
-def as_declared(value: Any, declared: Any, what: str) -> Any:
-    """``value`` as recorded, given as the ``declared`` type (:class:`ValueMismatch`)."""
-    try:
-        return from_json(value, declared)
-    except (ValueError, TypeError) as exc:
-        raise ValueMismatch(what, declared, exc) from exc
 
 
 class _Runner(Protocol):

@@ -17,7 +17,8 @@ from engine_core.common.convert import declared_return
 from engine_core.common.durations import Duration
 from engine_core.common.values import check_name
 from engine_core.run.branches import StepNames
-from engine_core.run.calls import as_declared, checkpointed
+from engine_core.run.calls import checkpointed
+from engine_core.run.mismatch import as_declared
 from engine_core.run.update_request import UpdateRequest
 
 
@@ -244,7 +245,7 @@ class WorkflowContext:
             kwargs=kwargs,
             declared=declared,
         )
-        return as_declared(result, declared, f"the result of step {name!r}")
+        return as_declared(result, declared, f"the result of step {name!r}", step=name)
 
     @overload
     async def dispatch(
@@ -318,7 +319,7 @@ class WorkflowContext:
             name, function, payload, retries=retries, retry_delay=retry_delay, timeout=timeout
         )
         declared = returns if returns is not None else declared_return(fn)
-        return as_declared(result, declared, f"the result of step {name!r}")
+        return as_declared(result, declared, f"the result of step {name!r}", step=name)
 
     def _resolve(
         self, kind: Literal["workflow", "step function"], target: str | Callable[..., Any]
@@ -355,7 +356,7 @@ class WorkflowContext:
         payload = await self._pass.event_step(name, timeout)
         if payload is None:
             return None
-        return as_declared(payload, returns, f"the payload of event {name!r}")
+        return as_declared(payload, returns, f"the payload of event {name!r}", step=name)
 
     @overload
     async def child(
@@ -396,7 +397,7 @@ class WorkflowContext:
         fn, workflow = self._resolve("workflow", workflow)
         output = await self._pass.child_step(name, workflow, input)
         declared = returns if returns is not None else declared_return(fn)
-        return as_declared(output, declared, f"the output of child step {name!r}")
+        return as_declared(output, declared, f"the output of child step {name!r}", step=name)
 
     @checkpointed
     async def patched(self, patch_id: str) -> bool:
@@ -446,7 +447,7 @@ class WorkflowContext:
         request = await self._pass.update_step(name, timeout)
         if request is not None:
             what = f"the payload of update {name!r}"
-            request.payload = as_declared(request.payload, returns, what)
+            request.payload = as_declared(request.payload, returns, what, step=name)
         return request
 
     def deprecate_patch(self, patch_id: str) -> None:
