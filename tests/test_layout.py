@@ -214,7 +214,7 @@ MONGO_LAYERS: list[set[str]] = [
     {"dashboard.app"},
     {"dashboard", "dashboard.serve"},
     # cli
-    {"cli.repair", "cli.replay", "cli.tail", "cli.text"},
+    {"cli.repair", "cli.replay", "cli.tail", "cli.talk", "cli.text"},
     {"cli.commands", "cli.parser"},
     {"cli.console"},
     {"cli", "cli.__main__"},
