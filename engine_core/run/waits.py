@@ -170,15 +170,23 @@ async def sleep_step(p: PassState, name: str, duration: Duration) -> None:
 
 async def event_step(p: PassState, name: str, timeout: Duration | None) -> Any:
     """``ctx.wait_for_event``: the oldest unconsumed event, or wait for one."""
-    check_name(name, "event name")
-    key = p.key(name)
-    if (check := p.checks.reach(key, "event", name)) is not None:
-        await check
-    limit = parse_duration(timeout, what="event timeout") if timeout is not None else None
-    done = p.finished(key)
+    key, limit, done = await _reach_wait(p, "event", name, timeout)
     if done is not None:
         return done.result
     return await p.track(_wait_event(p, key, name, limit))
+
+
+async def _reach_wait(
+    p: PassState, kind: StepKind, name: str, timeout: Duration | None
+) -> tuple[str, float | None, StepRecord | None]:
+    """A wait for an event or an update reached: its key, its time limit (seconds), and
+    its record if it has finished."""
+    check_name(name, f"{kind} name")
+    key = p.key(name)
+    if (check := p.checks.reach(key, kind, name)) is not None:
+        await check
+    limit = parse_duration(timeout, what=f"{kind} timeout") if timeout is not None else None
+    return key, limit, p.finished(key)
 
 
 async def _wait_event(p: PassState, key: str, name: str, limit: float | None) -> Any:
@@ -218,12 +226,7 @@ async def update_step(
 ) -> tuple[str, dict[str, Any] | None]:
     """``ctx.wait_for_update``: the wait's key, and the update it took as recorded
     (``{"update_id", "payload"}``; None on timeout), or wait for one."""
-    check_name(name, "update name")
-    key = p.key(name)
-    if (check := p.checks.reach(key, "update", name)) is not None:
-        await check
-    limit = parse_duration(timeout, what="update timeout") if timeout is not None else None
-    done = p.finished(key)
+    key, limit, done = await _reach_wait(p, "update", name, timeout)
     if done is not None:
         return key, done.result
     consume = p.store.consume_update
