@@ -253,11 +253,12 @@ def _rows(r: Results) -> list[Row]:
         rows.append(
             (
                 "U1: an update's round trip (caller → parked run → reply → caller)",
-                f"ms p50 ({X} floor); commands before the answer (in all)",
+                f"ms p50 ({X} floor); the trip's commands (before the answer, in all)",
                 "—",
                 f"{num(e.get('p50_ms', 0))} ({num(e.get('p50_over_floor', 0))}{X}); "
-                f"{num(e.get('commands_before_answer', 0))} "
-                f"({num(e.get('commands_in_all', 0))})",
+                f"{num(e.get('round_trip_commands', 0))} "
+                f"({num(e.get('commands_before_answer', 0))}, "
+                f"{num(e.get('commands_in_all', 0))})",
                 "—", "—", "—", "—",
             )
         )  # fmt: skip
