@@ -243,11 +243,13 @@ class UpdateOps:
         return [update_from_doc(doc) for doc in docs]
 
     def answer_hints(self) -> AsyncIterator[str] | None:
-        """A change stream of the ``updates`` collection's changes (ends at once on a
-        server without change streams)."""
+        """A change stream of the ``updates`` collection's answers (an update taken is
+        no wake-up: its callers would look and find no answer; ends at once on a server
+        without change streams)."""
         if not self.watch:
             return None
-        return runs_changed(self.updates, ["update", "replace"], "answer change stream")
+        changed = ["update", "replace"]
+        return runs_changed(self.updates, changed, "answer change stream", holding={"answered": 1})
 
     def update_hints(self) -> AsyncIterator[None] | None:
         """A change stream of update inserts (ends at once on a server without change

@@ -76,14 +76,24 @@ async def inserts(
 
 
 async def runs_changed(
-    collection: AsyncCollection[Doc], operations: list[str], what: str
+    collection: AsyncCollection[Doc],
+    operations: list[str],
+    what: str,
+    *,
+    holding: Doc | None = None,
 ) -> AsyncIterator[str]:
     """Yield "" once the stream is open, then the run id of each document of
     ``collection`` (its ``_id`` begins with its packed run id, then the separator of
     step ids) that an operation of ``operations`` changed, until the server refuses
-    change streams."""
-    pipeline: list[Doc] = [{"$match": {"operationType": {"$in": operations}}}]
-    async for change in changes(collection, pipeline, what, None, opened=True):
+    change streams. ``holding``: only changes after which the document matches it (the
+    server looks the document up; only its key comes back)."""
+    match: Doc = {"operationType": {"$in": operations}}
+    pipeline: list[Doc] = [{"$match": match}]
+    if holding is not None:
+        match.update({f"fullDocument.{k}": v for k, v in holding.items()})
+        pipeline.append({"$project": {"documentKey": 1}})
+    lookup = "updateLookup" if holding is not None else None
+    async for change in changes(collection, pipeline, what, None, opened=True, lookup=lookup):
         if not change:
             yield ""  # watching from now on
             continue
@@ -99,12 +109,16 @@ async def changes(
     fallback: str | None,
     *,
     opened: bool = False,
+    lookup: str | None = None,
 ) -> AsyncIterator[Doc]:
     """Each change ``pipeline`` lets through (see :func:`inserts`); ``opened``: and an
-    empty document each time the stream is (re)opened."""
+    empty document each time the stream is (re)opened; ``lookup``: the stream's
+    ``full_document`` option."""
     while True:
         try:
-            async with await collection.watch(pipeline, max_await_time_ms=MAX_AWAIT_MS) as stream:
+            async with await collection.watch(
+                pipeline, max_await_time_ms=MAX_AWAIT_MS, full_document=lookup
+            ) as stream:
                 if opened:
                     yield {}
                 while stream.alive:
