@@ -17,6 +17,7 @@ from engine_core.memory.events import EventLeaseMemory
 from engine_core.memory.flow import FlowMemory
 from engine_core.memory.steps import StepMemory
 from engine_core.memory.streams import StreamMemory
+from engine_core.memory.talk import TalkMemory
 from engine_core.memory.workers import WorkerMemory
 from engine_core.records import (
     ACTIVE,
@@ -33,7 +34,9 @@ from engine_core.records import (
 )
 
 
-class InMemoryStore(StepMemory, EventLeaseMemory, FlowMemory, WorkerMemory, StreamMemory):
+class InMemoryStore(
+    StepMemory, EventLeaseMemory, FlowMemory, WorkerMemory, StreamMemory, TalkMemory
+):
     """A single-process store that keeps everything in dicts."""
 
     def __init__(self) -> None:
@@ -425,6 +428,7 @@ class InMemoryStore(StepMemory, EventLeaseMemory, FlowMemory, WorkerMemory, Stre
         self._scheduled = None
         self._events = [e for e in self._events if e.run_id not in gone]
         self._drop_streams(gone)
+        self._drop_talk(gone)
         return len(doomed)
 
     # ---- operating (the dashboard) ----------------------------------------------

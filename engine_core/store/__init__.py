@@ -17,6 +17,7 @@ from engine_core.store.flow import FlowStore
 from engine_core.store.runs import RunStore
 from engine_core.store.steps import StepStore
 from engine_core.store.streams import StreamStore
+from engine_core.store.talk import TalkStore
 
 __all__ = [
     "EventStore",
@@ -26,14 +27,18 @@ __all__ = [
     "StepStore",
     "Store",
     "StreamStore",
+    "TalkStore",
 ]
 
 
 @typing.runtime_checkable
-class Store(RunStore, FlowStore, StepStore, EventStore, StreamStore, FleetStore, typing.Protocol):
+class Store(
+    RunStore, FlowStore, StepStore, EventStore, StreamStore, TalkStore, FleetStore, typing.Protocol
+):
     """What the engine needs from storage, one protocol per part of it (``runs``,
-    ``flow``, ``steps``, ``events``, ``streams``, ``fleet``). See ``engine_core.testing``
-    for the suite that checks an implementation against every guarantee stated."""
+    ``flow``, ``steps``, ``events``, ``streams``, ``talk``, ``fleet``). See
+    ``engine_core.testing`` for the suite that checks an implementation against every
+    guarantee stated."""
 
     async def init(self) -> None:
         """Prepare the store (create indexes); safe to call any number of times."""

@@ -21,6 +21,9 @@ Collections (``prefix`` + name):
   :mod:`pikku_mongo.store.dedup_ops`).
 * ``streams`` and ``heartbeats``: a run's stream entries, one document each, and its
   steps' last heartbeats. See :mod:`pikku_mongo.store.stream_ops`.
+* ``values`` and ``updates``: the values a run published (one document per key) and the
+  updates sent to it, kept with their answers. See :mod:`pikku_mongo.store.value_ops`
+  and :mod:`pikku_mongo.store.update_ops`.
 * ``jobs`` and ``lines``: with targeted polling, one entry per claimable queue job (by
   step function and due time) and per run waiting in a queue's line. See
   :mod:`pikku_mongo.store.job_index` and :mod:`pikku_mongo.store.line_index`.
@@ -105,6 +108,8 @@ from pikku_mongo.store.served import ServedBy
 from pikku_mongo.store.step_ops import StepOps
 from pikku_mongo.store.stream_ops import StreamOps
 from pikku_mongo.store.targeting import Targeting
+from pikku_mongo.store.update_ops import UpdateOps
+from pikku_mongo.store.value_ops import ValueOps
 from pikku_mongo.store.worker_ops import WorkerOps
 from pikku_mongo.wire.causal import CausalReads, OperationClock, find_clock
 from pikku_mongo.wire.checks import check_str
@@ -191,6 +196,7 @@ class MongoStore:
         self.dedup, self.streams, self.heartbeats, self.jobs, self.lines = self._collections(
             "dedup", "streams", "heartbeats", "jobs", "lines"
         )
+        self.values, self.updates = self.talk = self._collections("values", "updates")
 
     def _group_commit(self) -> None:
         """A group commit for each collection written on the hot path. A document a
@@ -200,6 +206,9 @@ class MongoStore:
         self.dedup_writes = Batcher(self.dedup, {"run_id": {"$exists": False}})
         self.stream_writes = Batcher(
             self.streams, {"pos": {"$exists": False}}, ride_on=self.run_writes
+        )
+        self.value_writes = Batcher(
+            self.values, {"key": {"$exists": False}}, ride_on=self.run_writes
         )
 
     def _make_parts(self) -> None:
@@ -219,7 +228,7 @@ class MongoStore:
         self.listing: ListingOps = ListingOps(self.runs)
         self.prune_ops: PruneOps = PruneOps(
             runs=self.runs,
-            owned=(self.steps, self.events, self.streams, self.heartbeats),
+            owned=(self.steps, self.events, self.streams, self.heartbeats, *self.talk),
             dedup=self.dedup_ops,
         )
         self.step_ops: StepOps = StepOps(
@@ -241,6 +250,12 @@ class MongoStore:
             stream_writes=self.stream_writes,
         )
         self.event_ops: EventOps = EventOps(self.events, reads=reads)
+        self.value_ops: ValueOps = ValueOps(
+            values=self.values, value_writes=self.value_writes, reads=reads, watch=self._watch
+        )
+        self.update_ops: UpdateOps = UpdateOps(
+            self.updates, runs=self.runs, run_writes=self.run_writes, reads=reads, watch=self._watch
+        )
         self.lease_ops: LeaseOps = LeaseOps(self.leases, skew=skew)
         self.schedule_ops: ScheduleOps = ScheduleOps(self.schedules, reads=reads)
         self.worker_ops: WorkerOps = WorkerOps(
@@ -355,6 +370,8 @@ class MongoStore:
         )
         self._ttl_refused = self._ttl_refused or not created
         await self.stream_ops.create_stream_indexes()
+        await self.value_ops.create_value_indexes()
+        await self.update_ops.create_update_indexes()
         if self.job_index is not None and self.line_index is not None:
             await self.job_index.create_indexes()
             await self.line_index.create_indexes()
@@ -468,6 +485,21 @@ class MongoStore:
     stream_hints = _streams(StreamOps.stream_hints)
     put_heartbeat = _streams(StreamOps.put_heartbeat)
     get_heartbeat = _streams(StreamOps.get_heartbeat)
+    # ValueOps
+    _values = ServedBy["MongoStore", ValueOps](lambda store: store.value_ops)
+    put_value = _values(ValueOps.put_value)
+    get_value = _values(ValueOps.get_value)
+    list_values = _values(ValueOps.list_values)
+    value_hints = _values(ValueOps.value_hints)
+    # UpdateOps
+    _updates = ServedBy["MongoStore", UpdateOps](lambda store: store.update_ops)
+    submit_update = _updates(UpdateOps.submit_update)
+    consume_update = _updates(UpdateOps.consume_update)
+    answer_update = _updates(UpdateOps.answer_update)
+    get_update = _updates(UpdateOps.get_update)
+    list_updates = _updates(UpdateOps.list_updates)
+    answer_hints = _updates(UpdateOps.answer_hints)
+    update_hints = _updates(UpdateOps.update_hints)
     # EventOps
     _events = ServedBy["MongoStore", EventOps](lambda store: store.event_ops)
     insert_event = _events(EventOps.insert_event)
