@@ -17,9 +17,17 @@ ROOT = Path(__file__).resolve().parents[1]
 #: engine_core's modules, lowest layer first. A module may import only from layers
 #: strictly below its own.
 LAYERS: list[set[str]] = [
-    {"errors", "records", "common.tasks", "tracing", "metrics"},
+    {"errors", "records", "common.tasks", "common.clock", "tracing", "metrics"},
     {"streams"},
-    {"store.runs", "store.flow", "store.steps", "store.events", "store.streams", "store.fleet"},
+    {
+        "store.runs",
+        "store.flow",
+        "store.steps",
+        "store.events",
+        "store.streams",
+        "store.fleet",
+        "store.clock",
+    },
     {
         "memory.cloning",
         "run.results",
@@ -63,8 +71,16 @@ LAYERS: list[set[str]] = [
         "flow.queue_slots",
         "flow.starts",
         "fleet.registry",
+        "fleet.time_waits",
     },
-    {"testing.builders", "run.reentry", "run.streams", "run.signals", "run.body_hooks"},
+    {
+        "testing.builders",
+        "testing.virtual_clock",
+        "run.reentry",
+        "run.streams",
+        "run.signals",
+        "run.body_hooks",
+    },
     {
         "run.attempt",
         "run.control",

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 
+from engine_core.common.clock import real_seconds
 from engine_core.common.tasks import wait_event
 from engine_core.errors import RunNotFoundError, StoreUnavailableError
 from engine_core.records import TERMINAL, RunRecord
@@ -53,7 +53,7 @@ class RunWaiters:
         ``TimeoutError`` past ``timeout`` seconds."""
         future: asyncio.Future[RunRecord] = asyncio.get_running_loop().create_future()
         self._futures.setdefault(run_id, []).append(future)
-        self._since.setdefault(run_id, time.monotonic())
+        self._since.setdefault(run_id, real_seconds())
         self._new.add(run_id)
         self.hint()
         try:
@@ -93,7 +93,7 @@ class RunWaiters:
             self._wake.clear()
             await asyncio.sleep(0)  # let every waiter that arrives with this one register
             new, self._new = self._new & self._futures.keys(), set()
-            began = time.monotonic()
+            began = real_seconds()
             try:
                 async with asyncio.timeout(self.store_timeout):
                     ended = await self._read(new)
@@ -137,7 +137,7 @@ class RunWaiters:
     def _give_up(self, failing_since: float) -> None:
         """Tell each waiter whose last ``store_timeout`` seconds of waiting saw only
         failed reads that the store is unavailable."""
-        now = time.monotonic()
+        now = real_seconds()
         for run_id, since in list(self._since.items()):
             if now - max(since, failing_since) >= self.store_timeout:
                 message = f"the store did not answer within {self.store_timeout:g} s"

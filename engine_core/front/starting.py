@@ -52,6 +52,7 @@ async def start_run(
         run_id=run_id,
         started_by=host.instance_id,
         queues=host.queues,
+        now=host.clock.now(),
         queue=queue,
         key=key,
         priority=priority,
@@ -102,7 +103,14 @@ async def record_for_fleet(
 ) -> str:
     """Record a run of ``workflow`` (registered elsewhere, perhaps nowhere yet) for the
     fleet to drive, without checking that any live worker serves it."""
-    run = new_run(workflow, input, run_id=run_id, started_by=host.instance_id, queues=host.queues)
+    run = new_run(
+        workflow,
+        input,
+        run_id=run_id,
+        started_by=host.instance_id,
+        queues=host.queues,
+        now=host.clock.now(),
+    )
     await call(lambda: host.store.insert_run(run))
     return run_id
 

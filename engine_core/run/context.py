@@ -15,6 +15,7 @@ from typing import (
     overload,
 )
 
+from engine_core.common.clock import Clock
 from engine_core.common.convert import declared_return, from_json
 from engine_core.common.durations import Duration
 from engine_core.common.outages import StoreDown
@@ -49,6 +50,9 @@ class StepRunner(Protocol):
 
     @property
     def workflow(self) -> str: ...
+
+    #: The engine's clock.
+    clock: Clock
 
     async def inline_step(
         self,
@@ -475,3 +479,9 @@ def mark_registered(fn: Callable[..., Any], kind: str, name: str) -> None:
     except AttributeError:
         return  # no attributes (a builtin): only its name will do
     names.setdefault(kind, name)
+
+
+def clock_of(ctx: WorkflowContext) -> Clock:
+    """The clock of the engine replaying ``ctx``'s body (for engine_core's own code that
+    records the time in a body, as a step)."""
+    return ctx._pass.clock

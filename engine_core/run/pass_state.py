@@ -42,7 +42,7 @@ from engine_core.common.journal import (
 from engine_core.common.runtime import Runtime
 from engine_core.common.values import check_name, stored_size
 from engine_core.mirror import mirror_step
-from engine_core.records import RunRecord, RunState, StepRecord, utcnow
+from engine_core.records import RunRecord, RunState, StepRecord
 from engine_core.run.body_hooks import OUTCOME_HOLD
 from engine_core.run.branches import Ambiguous, StepNames
 from engine_core.run.control import RunControl
@@ -78,6 +78,8 @@ class PassState:
     ) -> None:
         self.store = store
         self.runtime = runtime
+        #: The engine's clock (``runtime.clock``), read at every step boundary.
+        self.clock = runtime.clock
         self.control = control
         self.run = run
         self.steps = merged(run, steps)
@@ -191,7 +193,7 @@ class PassState:
         self.names.refuse_late()  # a branch that outlived the body starts nothing
         carry = await self._take()
         order, group = self.checks.placing(key)
-        started = utcnow()
+        started = self.clock.now()
         try:
             ok = await self.store.start_step(
                 self.run.run_id,

@@ -22,7 +22,7 @@ from engine_core.common.durations import Duration
 from engine_core.common.outages import StoreDown
 from engine_core.common.values import check_fits, to_stored
 from engine_core.errors import NotSerializableError, StepFailedError, StoreUnavailableError
-from engine_core.records import RunState, StepRecord, utcnow
+from engine_core.records import RunState, StepRecord
 from engine_core.run.attempt import error_info
 from engine_core.run.body_hooks import running_body
 from engine_core.run.context import ValueMismatch, WorkflowContext, as_declared
@@ -193,7 +193,8 @@ class RunPass(PassState):
             for s in self.steps.values()
             if s.compensable and s.status == "succeeded" and s.key in self.compensations
         ]
-        done.sort(key=lambda s: (s.ended_at or s.updated_at or utcnow(), s.key))
+        now = self.clock.now()
+        done.sort(key=lambda s: (s.ended_at or s.updated_at or now, s.key))
         return done
 
     async def _compensate(self, error: dict[str, Any] | None) -> PassEnd:
@@ -326,7 +327,9 @@ class RunPass(PassState):
     async def write_stream(self, key: str, value: Any, *, closed: bool = False) -> None:
         """``ctx.write_stream``: durable with the body's next write."""
         if self._streams is None:
-            self._streams = BodyStreams(self.store, self.run_id, first_pass=self.run.passes <= 1)
+            self._streams = BodyStreams(
+                self.store, self.run_id, self.clock, first_pass=self.run.passes <= 1
+            )
         await self._streams.write(key, value, closed=closed)
 
 

@@ -5,11 +5,8 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 
-from engine_core.records import (
-    EventRecord,
-    StepGuard,
-    utcnow,
-)
+from engine_core.common.clock import utcnow
+from engine_core.records import EventRecord, StepGuard
 from engine_core.store import Store
 from engine_core.testing.builders import begin, make_job, make_run
 

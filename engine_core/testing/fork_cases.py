@@ -6,8 +6,9 @@ from datetime import timedelta
 
 import pytest
 
+from engine_core.common.clock import utcnow
 from engine_core.errors import DuplicateRunError
-from engine_core.records import AttemptEntry, StepRecord, utcnow
+from engine_core.records import AttemptEntry, StepRecord
 from engine_core.store import Store
 from engine_core.testing.builders import make_job, make_run
 

@@ -81,6 +81,7 @@ from pymongo.read_preferences import ReadPreference
 from pymongo.write_concern import WriteConcern
 
 from engine_core.common.durations import Duration
+from engine_core.store import TimeSource
 from pikku_mongo.errors import MissingDatabaseError
 from pikku_mongo.store.declared_ops import DeclaredOps
 from pikku_mongo.store.dedup_ops import DedupOps
@@ -378,6 +379,20 @@ class MongoStore:
                 self.max_clock_skew,
             )
         return measured
+
+    def follow_clock(self, clock: TimeSource) -> None:
+        """:meth:`Store.follow_clock <engine_core.store.Store.follow_clock>`: the real
+        clock only. Every host of a fleet judges the leases, claims and due times stored
+        here against its own real clock (module docstring, "Clocks"), and so do the CLI
+        and the dashboard: a virtual clock in one process would take other processes'
+        leases and fire their timers early. ``ValueError`` for a virtual clock."""
+        if clock.virtual:
+            raise ValueError(
+                f"{self!r} cannot follow a virtual clock ({clock!r}): the hosts of a fleet, "
+                "the CLI and the dashboard judge the leases, claims and due times a "
+                "MongoStore holds against their real clocks. Test with virtual time on an "
+                "InMemoryStore (engine_core.memory.InMemoryStore)"
+            )
 
     def job_hints(self) -> AsyncIterator[None] | None:
         """A change stream of queue-job inserts (see :mod:`pikku_mongo.wire.watch`); it ends
