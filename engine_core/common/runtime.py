@@ -182,6 +182,10 @@ class Runtime(Protocol):
     def arm_work_timer(self, due_at: datetime) -> None:
         """Wake the worker when a queue job falls due at ``due_at`` (while serving)."""
 
+    def run_stopped(self, run: RunRecord) -> None:
+        """``run`` was suspended in this process (a pass found it diverged): wake its
+        waiters if that ends their wait (``always_replay``)."""
+
     def run_settled(self, run: RunRecord) -> None:
         """``run`` reached a terminal status in this process: wake its waiters (and its
         queue's admitter: a slot may have freed)."""

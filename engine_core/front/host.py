@@ -89,6 +89,7 @@ class Host:
             store,
             local=lambda run_id: self.driver.driving(run_id),
             store_timeout=config.store_timeout,
+            divergence_ends=config.always_replay,
         )
         self._serving = False
         self._closing = False
@@ -388,6 +389,12 @@ class Host:
         self.waiters.settled(run)
         if run.queue is not None:
             self.joined_line(run.queue)  # a slot may have freed
+
+    def run_stopped(self, run: RunRecord) -> None:
+        """``run`` was suspended here (a pass found it diverged): its waiters are told
+        when a suspension ends their wait (``always_replay``)."""
+        if self.waiters.ends_wait(run):
+            self.waiters.settled(run)
 
     def reentered(self, run: RunRecord) -> None:
         """``run`` was put back to run (a retry, a resume, a fork): arm its deadline and

@@ -217,6 +217,8 @@ class RunControl:
         if status in TERMINAL:
             lifecycle_log.run_ended(run, status, error, self.runtime.clock.now)
             self.runtime.run_settled(ended)
+        elif status == "suspended":
+            self.runtime.run_stopped(ended)
         if run.parent_run_id is None or run.parent_step is None or status not in TERMINAL:
             return
         await self.settle_parent_step(

@@ -222,6 +222,8 @@ class Driver:
             async with KeepAlive(renew, ttl, f"the lease of run {run_id!r}", extra):
                 run_pass = RunPass(self.store, self.runtime, self.control, run, steps, unwritten)
                 end = await run_pass.execute()
+            if run_pass.again:  # ``always_replay``: the next pass replays the body
+                self._again.add(run_id)
             if end == "unavailable":
                 self._unwritten[run_id] = (token, run_pass.unwritten())
             if end == "parked":

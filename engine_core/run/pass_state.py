@@ -107,6 +107,11 @@ class PassState:
         self._idle.set()
         #: The wake-ups this pass armed for the run (a parked pass's are all it needs).
         self.armed: set[datetime] = set()
+        #: ``always_replay``: the pass ends after each step it records (see ``RunPass``),
+        #: and asks for the next (``again``). ``recorded`` counts the outcomes it took.
+        self.always_replay = runtime.config.always_replay
+        self.recorded = 0
+        self.again = False
         self._init_writes(store, run, unwritten)
 
     def _init_writes(self, store: Store, run: RunRecord, unwritten: Sequence[StepRecord]) -> None:
@@ -229,6 +234,7 @@ class PassState:
         if outcome_size(record) <= LARGE_OUTCOME:
             self._keep(record)
             return record
+        self.recorded += 1
         if self._fenced:
             raise Stopped()
         await self.store.save_steps([record])
@@ -259,6 +265,7 @@ class PassState:
 
     def _keep(self, record: StepRecord) -> None:
         """Hold ``record`` for the next write."""
+        self.recorded += 1
         key = record.key
         self.steps[key] = record
         self._pending[key] = record
@@ -280,6 +287,7 @@ class PassState:
         and ``handed`` to this pass instead of telling the run): take its record."""
         self.steps[step.key] = step
         self._done.add(step.key)
+        self.recorded += 1
         if handed:
             self.handed.append(step.key)
 

@@ -319,10 +319,36 @@ class RunPass(PassState):
         """``call``, a durable boundary: the body's stream writes so far go out with its
         write (the same turn of the group commit); the pass's end waits for them."""
         sending = self._streams.kick() if self._streams is not None else None
-        result = await call(*args, **kwargs)
+        if self.always_replay:
+            result = await self._ending_pass(call, *args, **kwargs)
+        else:
+            result = await call(*args, **kwargs)
         if sending is not None and sending.done():
             await sending  # a failed write surfaces here (waiting would yield: see _keep)
         return result
+
+    async def _ending_pass(
+        self, call: Callable[..., Coroutine[Any, Any, _T]], *args: Any, **kwargs: Any
+    ) -> _T:
+        """``always_replay``: ``call``, then, if it recorded an outcome (the step ran, a
+        wait ended, a job's result came), end the pass there, before the body sees it:
+        the next pass replays the body from the top and takes the outcome from the
+        record, so a body that does not reach the same steps in the same order diverges
+        in its tests (``NonDeterminismError``) and not after a crash in production."""
+        before = self.recorded
+        try:
+            result = await call(*args, **kwargs)
+        except StepFailedError:
+            if self.recorded != before:
+                await self._replay_next()
+            raise
+        if self.recorded != before:
+            await self._replay_next()
+        return result
+
+    async def _replay_next(self) -> None:
+        self.again = True
+        await self.park()
 
     async def write_stream(self, key: str, value: Any, *, closed: bool = False) -> None:
         """``ctx.write_stream``: durable with the body's next write."""
