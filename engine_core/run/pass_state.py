@@ -107,11 +107,8 @@ class PassState:
         self._idle.set()
         #: The wake-ups this pass armed for the run (a parked pass's are all it needs).
         self.armed: set[datetime] = set()
-        #: ``always_replay``: the pass ends after each step it records (see ``RunPass``),
-        #: and asks for the next (``again``). ``recorded`` counts the outcomes it took.
-        self.always_replay = runtime.config.always_replay
-        self.recorded = 0
-        self.again = False
+        #: ``always_replay`` (``RunPass``): outcomes taken; ``again``: next pass replays.
+        self.recorded, self.again = 0, False
         self._init_writes(store, run, unwritten)
 
     def _init_writes(self, store: Store, run: RunRecord, unwritten: Sequence[StepRecord]) -> None:
