@@ -81,7 +81,7 @@ class Engine(ScheduleApi, RepairApi):
         clock: Clock | None = None,
         always_replay: bool = False,
     ) -> None:
-        """Options in seconds or duration strings (DESIGN section 3). ``clock``: where
+        """Options in seconds or duration strings (docs/guides/recovery.md). ``clock``: where
         every time the engine and an in-memory store read comes from (the real clock by
         default; ``engine_core.testing.VirtualClock`` in tests: docs/guides/testing.md).
         A store that cannot follow it raises ``ValueError`` (MongoStore, for a virtual

@@ -1,4 +1,4 @@
-"""``Engine(always_replay=True)`` (DESIGN section 3j): each pass ends after every step
+"""``Engine(always_replay=True)`` (docs/guides/testing.md): each pass ends after every step
 it records and the next replays the body from the top, on both stores. A deterministic
 workflow ends as it would without it, each step's function called once; one that names
 its steps from ``random`` fails its test with ``NonDeterminismError``."""

@@ -1,5 +1,5 @@
 """``engine_core.testing.VirtualClock``: time that moves only when told, or skips ahead
-inside ``engine.result`` while every run waits only on time (DESIGN section 3j).
+inside ``engine.result`` while every run waits only on time (docs/guides/testing.md).
 Its input checks, its alarms, and what makes it move or hold still; the engine's
 features on it: ``test_virtual_time.py``."""
 

@@ -1,4 +1,4 @@
-"""The engine's features on a ``VirtualClock`` (DESIGN section 3j): event timeouts,
+"""The engine's features on a ``VirtualClock`` (docs/guides/testing.md): event timeouts,
 retry delays (fixed and exponential), delayed starts, deadlines, schedules (``every``
 and ``cron``, their runs named for their virtual fire times), leases and recorded
 timestamps all follow it, each firing at its virtual time and never before. Virtual
