@@ -246,6 +246,22 @@ def _rows(r: Results) -> list[Row]:
         if t1 is not None:
             rows.append((title, unit, "—", render(t1), "—", "—", "—", "—"))
 
+    # T2: a month of sleeps on a virtual clock (the in-memory store only).
+    t2 = r.get("T2", "memory")
+    if t2 is not None:
+        rows.append(
+            (
+                "T2: a workflow sleeping 30 times for a day each, on a VirtualClock",
+                "real ms to its result (CPU ms)",
+                _two(t2, "real_ms", "cpu_ms"),
+                "refused",
+                "—",
+                "—",
+                "—",
+                "—",
+            )
+        )
+
     # A1: a durable agent against plain steps.
     a1_cells = [
         _two(r.get("A1", system), "extra_cpu_ms", "cpu_ms") for system in ("memory", "mongo")

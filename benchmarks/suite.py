@@ -46,7 +46,7 @@ from benchmarks.report import save
 from benchmarks.report_markdown import full_markdown
 from benchmarks.results import Results
 
-WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6", "S1", "Q1", "T1", "A1")
+WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6", "S1", "Q1", "T1", "T2", "A1")
 SYSTEMS = ("memory", "mongo", "dbos")
 DBOS_WORKLOADS = ("W1", "W2", "W3", "W4")
 
@@ -324,6 +324,13 @@ class Suite:
         if "mongo" in self.systems and self.uri is not None:
             await measure_all(self.uri, self.progress, self._failed, self.results.summaries)
 
+    async def t2(self) -> None:
+        """A month of sleeps on a VirtualClock (:mod:`benchmarks.virtual_time`)."""
+        from benchmarks.virtual_time import thirty_days
+
+        if "memory" in self.systems:
+            await self.measure("T2", "memory", "", thirty_days)
+
     async def a1(self) -> None:
         """A durable pydantic-ai agent against plain steps (:mod:`benchmarks.agents`)."""
         if importlib.util.find_spec("pydantic_ai") is None:
@@ -383,6 +390,8 @@ class Suite:
                 await self.q1()
             elif workload == "T1":
                 await self.t1()
+            elif workload == "T2":
+                await self.t2()
             elif workload == "A1":
                 await self.a1()
         self.results.runtime_s = time.perf_counter() - began

@@ -6,7 +6,6 @@ features on it: ``test_virtual_time.py``."""
 from __future__ import annotations
 
 import asyncio
-import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -85,21 +84,18 @@ async def _now_of(clock: VirtualClock) -> str:
     return clock.now().isoformat()
 
 
-async def test_thirty_days_of_sleeps_pass_inside_result_in_real_milliseconds() -> None:
+async def test_thirty_days_of_sleeps_pass_inside_result() -> None:
     clock = VirtualClock(START)
     engine = Engine(InMemoryStore(), clock=clock)
     _sleeper(engine, clock)
     async with engine:
-        began = time.perf_counter()
         run_id = await engine.start("sleeper", 30)
-        seen = await engine.result(run_id, timeout=10)
-        took = time.perf_counter() - began
+        seen = await engine.result(run_id, timeout=10)  # real seconds; T2 measures it
         status = await engine.status(run_id)
     assert seen == [(START + timedelta(days=d + 1)).isoformat() for d in range(30)]
     assert clock.now() == START + timedelta(days=30)
     # Recorded in virtual time: the run began at the start, ended 30 days later.
     assert status.created_at == START and status.updated_at == START + timedelta(days=30)
-    assert took < 10  # (not a benchmark: T2 in `python -m benchmarks` measures it)
 
 
 async def test_advance_fires_nothing_before_it_is_due() -> None:
