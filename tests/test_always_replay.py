@@ -54,10 +54,8 @@ def _everything(engine: Engine, calls: Counter[str], entries: list[str]) -> None
         return seen
 
 
-async def test_a_deterministic_workflow_replays_each_step_and_runs_each_once(
-    make_engine: Callable[..., Engine],
-) -> None:
-    engine = make_engine(always_replay=True)
+async def _run_everything(engine: Engine) -> tuple[Any, Counter[str], list[str]]:
+    """Run ``everything`` on ``engine``: its result, its functions' calls, its passes."""
     calls: Counter[str] = Counter()
     entries: list[str] = []
     _everything(engine, calls, entries)
@@ -67,6 +65,13 @@ async def test_a_deterministic_workflow_replays_each_step_and_runs_each_once(
             await asyncio.sleep(0.02)
         await engine.send_event(run_id, "go", "went")
         result = await engine.result(run_id, timeout=30)
+    return result, calls, entries
+
+
+async def test_a_deterministic_workflow_replays_each_step_and_runs_each_once(
+    make_engine: Callable[..., Engine],
+) -> None:
+    result, calls, entries = await _run_everything(make_engine(always_replay=True))
     assert result == ["a", "flaky", "caught", "left", "right", "went", 40]
     # Each function ran as often as its retries ask, never again on a replay.
     assert calls == {"a": 1, "flaky": 3, "broken": 1, "left": 1, "right": 1, "leaf-4": 1}
@@ -78,16 +83,8 @@ async def test_a_deterministic_workflow_replays_each_step_and_runs_each_once(
 async def test_without_it_the_same_workflow_runs_in_far_fewer_passes(
     make_engine: Callable[..., Engine],
 ) -> None:
-    engine = make_engine()
-    calls: Counter[str] = Counter()
-    entries: list[str] = []
-    _everything(engine, calls, entries)
-    async with engine:
-        run_id = await engine.start("everything")
-        while (await engine.status(run_id)).steps.get("go") is None:
-            await asyncio.sleep(0.02)
-        await engine.send_event(run_id, "go", "went")
-        await engine.result(run_id, timeout=30)
+    result, _, entries = await _run_everything(make_engine())
+    assert result == ["a", "flaky", "caught", "left", "right", "went", 40]
     assert len(entries) <= 4  # the first pass, and after the sleep, event and child
 
 

@@ -101,23 +101,23 @@ def test_engine_core_reads_time_only_in_its_clock_modules() -> None:
 def test_no_utcnow_helper_outside_the_clock_module() -> None:
     # The real clock's reading, for code without an engine (MongoStore, tools); in
     # engine_core only the conformance cases build records with it.
-    found = [
-        f"{module}:{line}"
-        for module, tree in _sources()
-        if module not in CLOCK_MODULES and not _is_case(module)
-        for line in _names(tree, "utcnow")
-    ]
-    assert found == []
+    assert _named_outside(CLOCK_MODULES, "utcnow") == []
 
 
 def test_the_real_clock_is_named_only_where_a_default_is_chosen() -> None:
-    found = [
+    assert _named_outside(REAL_CLOCK_NAMED, "REAL_CLOCK", "RealClock") == []
+
+
+def _named_outside(allowed: set[str], *names: str) -> list[str]:
+    """Where engine_core names any of ``names`` outside the ``allowed`` modules and the
+    conformance cases."""
+    return [
         f"{module}:{line}"
         for module, tree in _sources()
-        if module not in REAL_CLOCK_NAMED and not _is_case(module)
-        for line in _names(tree, "REAL_CLOCK") + _names(tree, "RealClock")
+        if module not in allowed and not _is_case(module)
+        for name in names
+        for line in _names(tree, name)
     ]
-    assert found == []
 
 
 def test_the_pin_sees_the_reads_it_forbids() -> None:
