@@ -6,14 +6,20 @@ its steps from ``random`` fails its test with ``NonDeterminismError``."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from engine_core import Engine, NonDeterminismError, StepFailedError, WorkflowContext
+from engine_core.memory import InMemoryStore
+from engine_core.store import Store
+from tests.conftest import mongo_store
 
 
 def _counted(calls: Counter[str]) -> Callable[..., Any]:
@@ -123,3 +129,79 @@ async def test_without_it_the_random_names_pass_unnoticed(
     async with engine:
         run_id = await engine.start("lottery")
         assert await engine.result(run_id, timeout=30) == "ticket"
+
+
+# Per part of a body: ("step", failures before it succeeds, 0-2), ("gather", branches,
+# 1-3), ("sleep", 0) or ("caught", 0): a step that always fails, its error caught.
+body_plans = st.lists(
+    st.one_of(
+        st.tuples(st.just("step"), st.integers(0, 2)),
+        st.tuples(st.just("gather"), st.integers(1, 3)),
+        st.tuples(st.sampled_from(["sleep", "caught"]), st.just(0)),
+    ),
+    min_size=1,
+    max_size=6,
+)
+
+
+async def _check_plan(store: Store, plan: list[tuple[str, int]]) -> None:
+    engine = Engine(store, lease_ttl="5s", always_replay=True)
+    calls: Counter[str] = Counter()
+    work = _counted(calls)
+    passes: list[int] = []
+
+    @engine.workflow("planned")
+    async def planned(ctx: WorkflowContext, data: Any) -> list[Any]:
+        passes.append(1)
+        out: list[Any] = []
+        for i, (kind, n) in enumerate(plan):
+            if kind == "step":
+                out.append(await ctx.step(f"s{i}", work, f"s{i}", n, retries=2))
+            elif kind == "gather":
+                parts = [ctx.step(f"g{i}-{b}", work, f"g{i}-{b}") for b in range(n)]
+                out += await asyncio.gather(*parts)
+            elif kind == "sleep":
+                await ctx.sleep(f"z{i}", 0)
+            else:
+                with contextlib.suppress(StepFailedError):
+                    await ctx.step(f"c{i}", work, f"c{i}", 9)
+        return out
+
+    async with engine:
+        output = await engine.result(await engine.start("planned"), timeout=30)
+    expected: list[Any] = []
+    ran: Counter[str] = Counter()
+    for i, (kind, n) in enumerate(plan):
+        if kind == "step":
+            expected.append(f"s{i}")
+            ran[f"s{i}"] = n + 1
+        elif kind == "gather":
+            expected += [f"g{i}-{b}" for b in range(n)]
+            ran.update({f"g{i}-{b}": 1 for b in range(n)})
+        elif kind == "caught":
+            ran[f"c{i}"] = 1
+    assert output == expected
+    assert calls == ran  # each attempt once: a replay never runs a step again
+    assert len(passes) > len(plan)  # a pass after each part's outcome, and the last
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(plan=body_plans)
+@pytest.mark.parametrize("store_kind", ["memory", "mongo"])
+def test_any_deterministic_body_completes_with_each_attempt_run_once(
+    request: pytest.FixtureRequest, store_kind: str, plan: list[tuple[str, int]]
+) -> None:
+    uri = request.getfixturevalue("nx_uri") if store_kind == "mongo" else None
+
+    async def run() -> None:
+        store: Store = InMemoryStore() if uri is None else await mongo_store(uri)
+        try:
+            await _check_plan(store, plan)
+        finally:
+            await store.close()
+
+    asyncio.run(run())
