@@ -205,3 +205,32 @@ def test_any_deterministic_body_completes_with_each_attempt_run_once(
             await store.close()
 
     asyncio.run(run())
+
+
+async def test_dispatched_steps_and_stream_writes_replay_exactly_once(
+    make_engine: Callable[..., Engine],
+) -> None:
+    engine = make_engine(always_replay=True)
+    calls: Counter[str] = Counter()
+    work = _counted(calls)
+
+    @engine.step_function("job")
+    async def job(payload: dict[str, int]) -> dict[str, int]:
+        calls["job"] += 1
+        return {"got": payload["n"]}
+
+    @engine.workflow("streamed")
+    async def streamed(ctx: WorkflowContext, data: Any) -> list[Any]:
+        await ctx.write_stream("progress", "a")
+        first = await ctx.dispatch("j1", "job", {"n": 1})
+        await ctx.write_stream("progress", "b")
+        middle = await ctx.step("inline", work, "inline")
+        await ctx.write_stream("progress", "c")
+        return [first, middle, await ctx.dispatch("j2", "job", {"n": 3})]
+
+    async with engine:
+        run_id = await engine.start("streamed")
+        assert await engine.result(run_id, timeout=30) == [{"got": 1}, "inline", {"got": 3}]
+        progress = [e.value async for e in engine.read_stream(run_id, "progress", timeout=5)]
+    assert progress == ["a", "b", "c"]  # each written once, though the body ran 4 times
+    assert calls == {"job": 2, "inline": 1}

@@ -66,6 +66,28 @@ async def test_retry_delays_wait_virtual_time_fixed_and_exponential() -> None:
     assert len(gaps) == 3 and all(g <= timedelta(seconds=2**i) for i, g in enumerate(gaps))
 
 
+async def test_a_dispatched_steps_retries_wait_virtual_time() -> None:
+    engine, clock = _on_clock(always_replay=True)
+    tries: list[datetime] = []
+
+    @engine.step_function("sync-crm")
+    async def sync_crm(payload: dict[str, str]) -> str:
+        tries.append(clock.now())
+        if len(tries) < 3:
+            raise RuntimeError("the CRM is down")
+        return payload["user"]
+
+    @engine.workflow("onboard")
+    async def onboard(ctx: WorkflowContext, data: Any) -> str:
+        await ctx.sleep("grace", "5d")
+        return await ctx.dispatch("sync", "sync-crm", {"user": "ada"}, retries=3, retry_delay="1h")
+
+    async with engine:
+        run_id = await engine.start("onboard")
+        assert await engine.result(run_id, timeout=10) == "ada"
+    assert tries == [START + timedelta(days=5, hours=h) for h in range(3)]
+
+
 async def test_a_delayed_start_begins_at_its_virtual_time() -> None:
     engine, clock = _on_clock()
 
