@@ -22,9 +22,14 @@ from engine_core.store import Store
 from tests.conftest import mongo_store
 
 
-def _counted(calls: Counter[str]) -> Callable[..., Any]:
+def _counted(calls: Counter[str], passes: dict[str, int] | None = None) -> Callable[..., Any]:
+    """A step function counting its ``calls`` by name (and, with ``passes``, noting the
+    pass of the body that first called it, as ``len(passes["body"])``)."""
+
     async def work(name: str, fail_first: int = 0) -> str:
         calls[name] += 1
+        if passes is not None:
+            passes.setdefault(name, passes["body"])
         if calls[name] <= fail_first:
             raise RuntimeError(f"{name} failed (try {calls[name]})")
         return name
@@ -32,10 +37,11 @@ def _counted(calls: Counter[str]) -> Callable[..., Any]:
     return work
 
 
-def _everything(engine: Engine, calls: Counter[str], entries: list[str]) -> None:
+def _everything(engine: Engine, calls: Counter[str], passes: dict[str, int]) -> None:
     """A workflow with a step of each kind: inline steps, a retried one, a failed one it
-    catches, two concurrent branches, a sleep, an event wait, a child run."""
-    work = _counted(calls)
+    catches, two concurrent branches, a sleep, an event wait, a child run. ``passes``:
+    how many times the body began (``"body"``), and in which pass each step first ran."""
+    work = _counted(calls, passes)
 
     @engine.workflow("leaf")
     async def leaf(ctx: WorkflowContext, n: int) -> int:
@@ -44,7 +50,7 @@ def _everything(engine: Engine, calls: Counter[str], entries: list[str]) -> None
 
     @engine.workflow("everything")
     async def everything(ctx: WorkflowContext, data: Any) -> list[Any]:
-        entries.append("entered")
+        passes["body"] += 1
         seen: list[Any] = [await ctx.step("a", work, "a")]
         seen.append(await ctx.step("flaky", work, "flaky", 2, retries=2))
         try:
@@ -60,38 +66,43 @@ def _everything(engine: Engine, calls: Counter[str], entries: list[str]) -> None
         return seen
 
 
-async def _run_everything(engine: Engine) -> tuple[Any, Counter[str], list[str]]:
+async def _run_everything(engine: Engine) -> tuple[Any, Counter[str], dict[str, int]]:
     """Run ``everything`` on ``engine``: its result, its functions' calls, its passes."""
     calls: Counter[str] = Counter()
-    entries: list[str] = []
-    _everything(engine, calls, entries)
+    passes = {"body": 0}
+    _everything(engine, calls, passes)
     async with engine:
         run_id = await engine.start("everything")
         while (await engine.status(run_id)).steps.get("go") is None:
             await asyncio.sleep(0.02)
         await engine.send_event(run_id, "go", "went")
         result = await engine.result(run_id, timeout=30)
-    return result, calls, entries
+    return result, calls, passes
+
+
+INLINE = ("a", "flaky", "broken", "left", "right")
 
 
 async def test_a_deterministic_workflow_replays_each_step_and_runs_each_once(
     make_engine: Callable[..., Engine],
 ) -> None:
-    result, calls, entries = await _run_everything(make_engine(always_replay=True))
+    result, calls, passes = await _run_everything(make_engine(always_replay=True))
     assert result == ["a", "flaky", "caught", "left", "right", "went", 40]
     # Each function ran as often as its retries ask, never again on a replay.
     assert calls == {"a": 1, "flaky": 3, "broken": 1, "left": 1, "right": 1, "leaf-4": 1}
-    # The body began again after each recorded outcome: a, flaky, broken, the two
-    # branches (one or two passes), the sleep, the event, the child, and the last pass.
-    assert len(entries) >= 8
+    # Each inline step ran in a pass of its own, after the one before was recorded
+    # (the two concurrent branches begin in the next pass, or the second a pass later).
+    assert [passes[name] for name in INLINE[:3]] == [1, 2, 3]
+    assert passes["left"] == 4 and passes["right"] in (4, 5)
+    assert passes["body"] >= 8  # ... and the sleep, the event, the child, the last
 
 
-async def test_without_it_the_same_workflow_runs_in_far_fewer_passes(
+async def test_without_it_the_inline_steps_run_in_one_pass(
     make_engine: Callable[..., Engine],
 ) -> None:
-    result, _, entries = await _run_everything(make_engine())
+    result, _, passes = await _run_everything(make_engine())
     assert result == ["a", "flaky", "caught", "left", "right", "went", 40]
-    assert len(entries) <= 4  # the first pass, and after the sleep, event and child
+    assert [passes[name] for name in INLINE] == [1] * len(INLINE)
 
 
 def _random_names(engine: Engine, calls: Counter[str]) -> None:
