@@ -16,7 +16,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine_core import Engine, NonDeterminismError, StepFailedError, WorkflowContext
+from engine_core import (
+    Engine,
+    NonDeterminismError,
+    StepFailedError,
+    WorkflowContext,
+    WorkflowRunFailedError,
+)
 from engine_core.memory import InMemoryStore
 from engine_core.store import Store
 from tests.conftest import mongo_store
@@ -245,3 +251,30 @@ async def test_dispatched_steps_and_stream_writes_replay_exactly_once(
         progress = [e.value async for e in engine.read_stream(run_id, "progress", timeout=5)]
     assert progress == ["a", "b", "c"]  # each written once, though the body ran 4 times
     assert calls == {"job": 2, "inline": 1}
+
+
+async def test_compensations_and_patches_replay_once(make_engine: Callable[..., Engine]) -> None:
+    engine = make_engine(always_replay=True)
+    calls: Counter[str] = Counter()
+    work = _counted(calls)
+
+    async def undo(result: str) -> None:
+        calls[f"undo-{result}"] += 1
+
+    @engine.workflow("booking")
+    async def booking(ctx: WorkflowContext, data: Any) -> None:
+        await ctx.step("hotel", work, "hotel", compensate=undo)
+        await ctx.step("flight", work, "flight", compensate=undo)
+        if await ctx.patched("insurance"):
+            await ctx.step("insure", work, "insure")
+        await ctx.step("car", work, "car", 9)  # fails: the two before are undone
+
+    async with engine:
+        run_id = await engine.start("booking")
+        with pytest.raises(WorkflowRunFailedError):
+            await engine.result(run_id, timeout=30)
+        status = await engine.status(run_id)
+    assert status.status == "compensated" and status.patches == ["insurance"]
+    assert calls == {
+        "hotel": 1, "flight": 1, "insure": 1, "car": 1, "undo-flight": 1, "undo-hotel": 1
+    }  # fmt: skip
