@@ -6,6 +6,8 @@ features on it: ``test_virtual_time.py``."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -179,3 +181,9 @@ async def test_two_engines_on_one_clock_and_store_settle_together() -> None:
         run_id = await client.start("sleeper", 3)
         assert len(await client.result(run_id, timeout=5)) == 3
     assert clock.now() == START + timedelta(days=3)
+
+
+def test_the_clock_imports_without_pytest() -> None:
+    # A test runner of the reader's own: engine_core.testing needs no pytest.
+    code = "import sys; sys.modules['pytest'] = None; from engine_core.testing import VirtualClock"
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
