@@ -21,7 +21,8 @@ from pathlib import Path
 
 from pymongo import AsyncMongoClient, ReturnDocument
 
-from engine_core.records import StepRecord, utcnow
+from engine_core.common.clock import utcnow
+from engine_core.records import StepRecord
 from pikku_mongo import MongoStore
 
 ROOT = Path(__file__).resolve().parent.parent

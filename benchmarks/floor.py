@@ -103,7 +103,8 @@ INDEXED = "1 at a time, run indexes"
 
 def floor_document(i: int) -> dict[str, Any]:
     """A fresh run document of the inline workflow, as the store writes it."""
-    from engine_core.records import RunRecord, utcnow
+    from engine_core.common.clock import utcnow
+    from engine_core.records import RunRecord
     from pikku_mongo.wire.documents import run_to_doc
 
     now = utcnow()

@@ -24,7 +24,8 @@ from pathlib import Path
 
 from benchmarks.common import mongo_server, open_store
 from engine_core import Engine
-from engine_core.records import AttemptEntry, RunRecord, StepRecord, utcnow
+from engine_core.common.clock import utcnow
+from engine_core.records import AttemptEntry, RunRecord, StepRecord
 from engine_core.run.keys import CURRENT_SCHEME
 
 WORKFLOW = "bench-fork"

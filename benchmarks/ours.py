@@ -35,7 +35,8 @@ from benchmarks.common import (
 )
 from benchmarks.floor import metered
 from engine_core import Engine
-from engine_core.records import TERMINAL, RunRecord, StepPage, StepRecord, utcnow
+from engine_core.common.clock import utcnow
+from engine_core.records import TERMINAL, RunRecord, StepPage, StepRecord
 from engine_core.store import Store
 
 RESULT_TIMEOUT = 900.0

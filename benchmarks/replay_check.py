@@ -23,7 +23,8 @@ from benchmarks import common
 from benchmarks.common import mongo_server, open_store
 from benchmarks.floor import server_cpu
 from engine_core import Engine, WorkflowContext
-from engine_core.records import AttemptEntry, RunRecord, StepRecord, utcnow
+from engine_core.common.clock import utcnow
+from engine_core.records import AttemptEntry, RunRecord, StepRecord
 from engine_core.run.divergence import callable_name
 from engine_core.run.keys import CURRENT_SCHEME
 

@@ -262,6 +262,21 @@ def _rows(r: Results) -> list[Row]:
                 "—", "—", "—", "—",
             )
         )  # fmt: skip
+    # T2: a month of sleeps on a virtual clock (the in-memory store only).
+    t2 = r.get("T2", "memory")
+    if t2 is not None:
+        rows.append(
+            (
+                "T2: a workflow sleeping 30 times for a day each, on a VirtualClock",
+                "real ms to its result (CPU ms)",
+                _two(t2, "real_ms", "cpu_ms"),
+                "refused",
+                "—",
+                "—",
+                "—",
+                "—",
+            )
+        )
 
     # A1: a durable agent against plain steps.
     a1_cells = [

@@ -29,7 +29,7 @@ import bson
 
 from benchmarks.common import REPO_ROOT, Measurement, Summary, open_store, summarise
 from engine_core import Engine, WorkflowContext, current_step
-from engine_core.records import utcnow
+from engine_core.common.clock import utcnow
 
 WRITES = {"insert", "update", "delete", "findAndModify", "bulkWrite"}
 READER_ENTRIES = 40

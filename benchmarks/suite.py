@@ -46,7 +46,7 @@ from benchmarks.report import save
 from benchmarks.report_markdown import full_markdown
 from benchmarks.results import Results
 
-WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6", "S1", "Q1", "T1", "U1", "A1")
+WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6", "S1", "Q1", "T1", "T2", "U1", "A1")
 SYSTEMS = ("memory", "mongo", "dbos")
 DBOS_WORKLOADS = ("W1", "W2", "W3", "W4")
 
@@ -331,6 +331,13 @@ class Suite:
         if "mongo" in self.systems and self.uri is not None:
             await measure_all(self.uri, self.progress, self._failed, self.results.summaries)
 
+    async def t2(self) -> None:
+        """A month of sleeps on a VirtualClock (:mod:`benchmarks.virtual_time`)."""
+        from benchmarks.virtual_time import thirty_days
+
+        if "memory" in self.systems:
+            await self.measure("T2", "memory", "", thirty_days)
+
     async def a1(self) -> None:
         """A durable pydantic-ai agent against plain steps (:mod:`benchmarks.agents`)."""
         if importlib.util.find_spec("pydantic_ai") is None:
@@ -380,20 +387,8 @@ class Suite:
                     await self.dbos(workload)
                 if workload == "W1" and mongo and self.profile:
                     await self.profile_w1()
-            elif workload == "W5":
-                await self.w5()
-            elif workload == "W6":
-                await self.w6()
-            elif workload == "S1":
-                await self.s1()
-            elif workload == "Q1":
-                await self.q1()
-            elif workload == "T1":
-                await self.t1()
-            elif workload == "U1":
-                await self.u1()
-            elif workload == "A1":
-                await self.a1()
+            else:  # every other workload has a method of its name
+                await getattr(self, workload.lower())()
         self.results.runtime_s = time.perf_counter() - began
         return self.results
 

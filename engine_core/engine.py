@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, TypeVar, overload
 
+from engine_core.common.clock import REAL_CLOCK, Clock
 from engine_core.common.convert import declared_return, from_json
 from engine_core.common.durations import Duration, parse_duration
 from engine_core.common.options import check_order
@@ -47,11 +48,7 @@ from engine_core.front.schedule_api import ScheduleApi
 from engine_core.front.starting import start_run
 from engine_core.front.talk_api import TalkApi
 from engine_core.mirror import RunMirror
-from engine_core.records import (
-    TERMINAL,
-    Worker,
-    utcnow,
-)
+from engine_core.records import TERMINAL, Worker
 from engine_core.run.replay_check import replay_check
 from engine_core.run.results import outcome
 from engine_core.run.stream_reader import read_stream
@@ -82,7 +79,16 @@ class Engine(ScheduleApi, RepairApi, TalkApi):
         shutdown_grace: Duration | None = None,
         store_timeout: Duration = "30s",
         pin_versions: bool = False,
+        clock: Clock | None = None,
+        always_replay: bool = False,
     ) -> None:
+        """Options in seconds or duration strings (docs/guides/recovery.md). ``clock``: where
+        every time the engine and an in-memory store read comes from (the real clock by
+        default; ``engine_core.testing.VirtualClock`` in tests: docs/guides/testing.md).
+        A store that cannot follow it raises ``ValueError`` (MongoStore, for a virtual
+        clock). ``always_replay``: every pass ends after each step it records and the
+        next replays the body from the top, so a workflow that is not deterministic fails
+        its tests with :class:`NonDeterminismError`."""
         self.store = store
         self.mirror = mirror
         self.config = EngineConfig.of(
@@ -93,7 +99,10 @@ class Engine(ScheduleApi, RepairApi, TalkApi):
             concurrency=concurrency,
             shutdown_grace=shutdown_grace,
             store_timeout=store_timeout,
+            always_replay=always_replay,
         )
+        chosen = REAL_CLOCK if clock is None else clock
+        store.follow_clock(chosen)  # a store that cannot follow it refuses it here
         # pin_versions: drive only runs of the versions this process registers
         # (docs/guides/changing-code.md).
         self._host = Host(
@@ -102,9 +111,12 @@ class Engine(ScheduleApi, RepairApi, TalkApi):
             mirror,
             pin_versions=bool(pin_versions),
             start_run=self._start_scheduled,
+            clock=chosen,
         )
         self._control = self._host.control
-        self._schedules = ScheduleControl(store, self._host.workflows, self._host.schedules_changed)
+        self._schedules = ScheduleControl(
+            store, self._host.workflows, self._host.schedules_changed, chosen
+        )
         self._declared_schedules: dict[str, DeclaredSchedule] = {}
 
     @property
@@ -185,7 +197,8 @@ class Engine(ScheduleApi, RepairApi, TalkApi):
         await self._host.serve()
         try:  # what the code declares, stored for every process to see
             await self._call(lambda: declare_in_store(self.store, self._host.queues))
-            if await self._call(lambda: store_declared(self.store, self._declared_schedules)):
+            declared = self._declared_schedules
+            if await self._call(lambda: store_declared(self.store, declared, self._host.clock)):
                 self._host.schedules_changed()
         except BaseException:
             await self._host.shut_down()
@@ -345,7 +358,9 @@ class Engine(ScheduleApi, RepairApi, TalkApi):
         # result costs no command of its own.
         check_run_id(run_id)
         try:
-            run = await self._host.waiters.wait(run_id, timeout)
+            # A virtual clock may skip ahead while a caller waits (docs/guides/testing.md).
+            async with self._host.clock.waiting():
+                run = await self._host.waiters.wait(run_id, timeout)
         except TimeoutError:
             run = await self._call(lambda: self._control.get(run_id))
             if run.status not in TERMINAL:
@@ -387,7 +402,7 @@ class Engine(ScheduleApi, RepairApi, TalkApi):
         """Delete terminal runs last updated more than ``older_than`` ago, with their steps
         events and streams; runs that are not terminal are never touched. Returns the count."""
         age = parse_duration(older_than, what="older_than")
-        before = utcnow() - timedelta(seconds=age)
+        before = self._host.clock.now() - timedelta(seconds=age)
         return await self._call(lambda: self._control.delete_finished(before, batch))
 
     async def recover(self, *, startup: bool = False) -> RecoveryReport:
@@ -411,7 +426,8 @@ class Engine(ScheduleApi, RepairApi, TalkApi):
         """The queues declared on this engine or holding runs in the store, with their
         runs counted (waiting and admitted) and the admissions of this minute and the
         last, sorted by name."""
-        return await self._call(lambda: queue_figures(self.store, self._host.queues))
+        host = self._host
+        return await self._call(lambda: queue_figures(self.store, host.queues, host.clock))
 
     async def count_runs(self, workflow: str | None = None) -> dict[str, int]:
         """How many runs (of ``workflow``, when given) are in each status; a status with
@@ -457,6 +473,7 @@ class Engine(ScheduleApi, RepairApi, TalkApi):
             run_ids=run_ids,
             limit=limit,
             include_ended=include_ended,
+            clock=self._host.clock,
         )
 
     async def list_children(self, run_id: str) -> list[RunStatus]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 
 from opentelemetry import metrics as otel
 from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
@@ -109,7 +109,8 @@ _provider: MeterProvider | None = None
 _instruments: Instruments | None = None
 _enabled: bool | None = None
 _ENV_SET = "OTEL_PYTHON_METER_PROVIDER" in os.environ
-#: queue -> (runs waiting, when measured: time.monotonic())
+#: queue -> (runs waiting, when measured: ``time.monotonic()``, real seconds: the SDK
+#: reads the gauge in a thread of its own, where no engine's clock is at hand)
 _depths: dict[str, tuple[int, float]] = {}
 #: The serving engines' counts of step slots in use.
 _slot_sources: list[Callable[[], int]] = []
@@ -144,10 +145,10 @@ def instruments() -> Instruments:
     return _instruments
 
 
-def _seconds_since(moment: datetime | None) -> float | None:
+def _seconds_since(moment: datetime | None, now: Callable[[], datetime]) -> float | None:
     if moment is None:
         return None
-    return max(0.0, (datetime.now(UTC) - moment).total_seconds())
+    return max(0.0, (now() - moment).total_seconds())
 
 
 # ---- the hooks (each a no-op without an SDK) --------------------------------------
@@ -159,23 +160,28 @@ def run_started(workflow: str) -> None:
         instruments().run_started.add(1, (("workflow", workflow),))
 
 
-def run_ended(workflow: str, status: str, created_at: datetime | None) -> None:
-    """Count a run of ``workflow`` ended with ``status``, and record how long it took."""
+def run_ended(
+    workflow: str, status: str, created_at: datetime | None, now: Callable[[], datetime]
+) -> None:
+    """Count a run of ``workflow`` ended with ``status``, and record how long it took
+    (``now``: the engine's clock)."""
     if not enabled():
         return
     tools = instruments()
     tools.run_ended.add(1, (("status", status), ("workflow", workflow)))
-    took = _seconds_since(created_at)
+    took = _seconds_since(created_at, now)
     if took is not None:
         tools.run_duration.record(took, {"workflow": workflow, "status": status})
 
 
-def first_pass(workflow: str, queue: str | None, since: datetime | None) -> None:
+def first_pass(
+    workflow: str, queue: str | None, since: datetime | None, now: Callable[[], datetime]
+) -> None:
     """Record how long a run of ``workflow`` (on ``queue``) waited for its first pass since
-    ``since``."""
+    ``since`` (``now``: the engine's clock)."""
     if not enabled():
         return
-    took = _seconds_since(since)
+    took = _seconds_since(since, now)
     if took is not None:
         attributes = {"workflow": workflow, "queue": queue or ""}
         instruments().run_queued.record(took, attributes)

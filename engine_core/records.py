@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Literal
 
 RunState = Literal[
@@ -32,11 +32,6 @@ TERMINAL: frozenset[str] = frozenset(
 FAILED_ENDINGS: frozenset[str] = frozenset({"failed", "compensated", "compensation_failed"})
 #: Run states a cancel may act on (a suspend acts on ``running`` only).
 STOPPABLE: tuple[RunState, ...] = ("queued", "running", "suspended")
-
-
-def utcnow() -> datetime:
-    """The current time, timezone-aware (UTC)."""
-    return datetime.now(UTC)
 
 
 #: Patch markers are keyed apart from steps (a step's name has its ``:`` escaped in its

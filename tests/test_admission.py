@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from engine_core.common.clock import REAL_CLOCK
 from engine_core.common.outages import Outages
 from engine_core.flow.admission import Admitter
 from engine_core.flow.queues import declare
@@ -40,6 +41,7 @@ class Kicks:
         self.outages = Outages()
         self.instance_id = "admitter"
         self.config = SimpleNamespace(lease_ttl=5.0)
+        self.clock = REAL_CLOCK
         self._room = room
 
     def room_to_adopt(self) -> int:

@@ -25,6 +25,7 @@ from engine_core import (
     WorkflowContext,
     WorkflowRunFailedError,
 )
+from engine_core.common.clock import utcnow
 from engine_core.fleet.registry import why_undriven
 from engine_core.fleet.schemas import check_input_schema
 from engine_core.flow.starts import new_run
@@ -150,7 +151,7 @@ async def test_a_worker_fails_a_run_whose_input_its_type_refuses(
     worker = make_engine()
     serve_order(worker)
     run = new_run("order", {"order_id": "x"}, run_id="unchecked", started_by="old-client",
-                  queues={})  # fmt: skip
+                  queues={}, now=utcnow())  # fmt: skip
     await worker.store.insert_run(run)
     await worker.drive("unchecked")
     with pytest.raises(WorkflowRunFailedError, match="does not fit Order"):

@@ -8,6 +8,10 @@ the text around it assumes: ``engine``, a client on an in-memory store (``store`
 a workflow registered for every other name the block quotes, ``data``, and ``uri`` and
 ``db`` (nx-27017).
 
+A block that defines ``test_`` functions is a pytest module (docs/guides/testing.md):
+pytest runs it in a process of its own (``asyncio_mode = "auto"``), and every test in
+it must pass.
+
 A block that cannot run on its own (a part of a body whose steps stand for the reader's
 own) is marked on the line before its fence, with the reason, which is required::
 
@@ -23,8 +27,11 @@ import ast
 import asyncio
 import contextlib
 import io
+import os
 import re
 import runpy
+import subprocess
+import sys
 import textwrap
 import uuid
 from dataclasses import dataclass
@@ -44,6 +51,7 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 MARKER = re.compile(r"<!--\s*example\b(?P<body>.*?)-->")
 FRAGMENT = re.compile(r"^:\s*fragment,\s*(?P<reason>\S.*?)\s*$")
 FENCE = re.compile(r"^(?P<indent>\s*)```(?P<lang>[\w+-]*)")
+PYTEST_MODULE = re.compile(r"^(async )?def test_\w+\(", re.M)
 
 
 @dataclass(frozen=True)
@@ -144,6 +152,9 @@ def _session(code: str, uri: str) -> dict[str, Any]:
 @pytest.mark.parametrize("block", RUN, ids=[block.id for block in RUN])
 def test_an_example_runs(block: Block, nx_uri: str, tmp_path: Path) -> None:
     uri = with_database(nx_uri, f"example_{uuid.uuid4().hex[:10]}")
+    if PYTEST_MODULE.search(block.code):
+        _run_with_pytest(block, tmp_path)
+        return
     if "def main(" in block.code:
         program = re.sub(r"mongodb://localhost:27017/\w+", uri, block.code)
         out = io.StringIO()
@@ -165,3 +176,21 @@ def test_an_example_runs(block: Block, nx_uri: str, tmp_path: Path) -> None:
             await result
 
     asyncio.run(run())
+
+
+def _run_with_pytest(block: Block, tmp_path: Path) -> None:
+    """Run ``block`` as a pytest module: each of its tests must pass."""
+    path = tmp_path / "test_example.py"
+    path.write_text(block.code)
+    tests = len(PYTEST_MODULE.findall(block.code))
+    # Not the suite's own configuration (its conftest, its xdist workers): the reader's.
+    options = ["-q", "-p", "no:cacheprovider", "-p", "no:xdist", "-o", "asyncio_mode=auto"]
+    alone = ["--rootdir", str(tmp_path), "-c", os.devnull]
+    ran = subprocess.run(
+        [sys.executable, "-m", "pytest", str(path), *options, *alone],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert ran.returncode == 0 and f"{tests} passed" in ran.stdout, ran.stdout + ran.stderr

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: engine_core's modules, lowest layer first. A module may import only from layers
 #: strictly below its own.
 LAYERS: list[set[str]] = [
-    {"errors", "records", "common.tasks", "tracing", "metrics"},
+    {"errors", "records", "common.tasks", "common.clock", "tracing", "metrics"},
     {"streams"},
     {
         "store.runs",
@@ -27,6 +27,7 @@ LAYERS: list[set[str]] = [
         "store.streams",
         "store.talk",
         "store.fleet",
+        "store.clock",
     },
     {
         "memory.cloning",
@@ -77,9 +78,11 @@ LAYERS: list[set[str]] = [
         "flow.queue_slots",
         "flow.starts",
         "fleet.registry",
+        "fleet.time_waits",
     },
     {
         "testing.builders",
+        "testing.virtual_clock",
         "run.reentry",
         "run.streams",
         "run.values",

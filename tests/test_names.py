@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from engine_core import Engine, WorkflowContext
-from engine_core.records import RunRecord, StepRecord, utcnow
+from engine_core.common.clock import utcnow
+from engine_core.records import RunRecord, StepRecord
 
 
 async def test_a_step_named_like_an_ordinal_is_its_own_step(engine: Engine) -> None:

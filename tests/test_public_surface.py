@@ -104,6 +104,7 @@ WING_EXPORTS: dict[str, list[str]] = {
         "Store",
         "StreamStore",
         "TalkStore",
+        "TimeSource",
     ],
     "engine_core.common": [],
     "engine_core.front": [],
@@ -112,7 +113,7 @@ WING_EXPORTS: dict[str, list[str]] = {
     "engine_core.flow": [],
     "engine_core.schedules": [],
     "engine_core.memory": ["InMemoryStore"],
-    "engine_core.testing": ["StoreConformance"],
+    "engine_core.testing": ["StoreConformance", "VirtualClock"],
     "engine_core.pydantic_ai": ["PikkuDurability"],
     "pikku_mongo.wire": ["CommandCounter", "OperationClock"],
     "pikku_mongo.writes": [],
@@ -156,7 +157,8 @@ def test_mongo_store_is_built_from_parts_not_mixins() -> None:
         if not n.startswith("_") and callable(value)
     }
     served = {n for n, v in vars(pikku_mongo.MongoStore).items() if isinstance(v, Served)}
-    own = {"init", "close", "job_hints"}  # the store's own: its client, indexes, streams
+    # the store's own: its client, indexes, streams, and the real clock it follows
+    own = {"init", "close", "job_hints", "follow_clock"}
     assert protocol - own == served - {"journals_outcomes"}
     assert own <= set(vars(pikku_mongo.MongoStore))
 

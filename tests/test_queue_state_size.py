@@ -23,13 +23,15 @@ import bson
 import pytest
 
 import engine_core.flow.admission as admission
+from engine_core.common.clock import REAL_CLOCK, Clock
 from engine_core.common.outages import Outages
 from engine_core.flow.admission import WINDOW_ENTRIES, Admitter
 from engine_core.flow.queues import declare
-from engine_core.records import RunRecord, utcnow
+from engine_core.records import RunRecord
 from engine_core.store import Store
 from engine_core.testing.builders import make_run
 from engine_core.testing.flow_cases import queued
+from engine_core.testing.virtual_clock import VirtualClock
 from pikku_mongo import MongoStore
 from pikku_mongo.store.queue_ops import _state_to_doc
 
@@ -39,7 +41,8 @@ LIMIT = 64 * 1024
 class Runtime:
     """The little of a Runtime an admitter uses: nothing is driven here."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock = REAL_CLOCK) -> None:
+        self.clock = clock
         self.outages = Outages()
         self.instance_id = "admitter"
         self.config = SimpleNamespace(lease_ttl=5.0)
@@ -87,14 +90,6 @@ class EndlessLine:
         return self.admitted
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = utcnow()
-
-    def __call__(self) -> datetime:
-        return self.now
-
-
 async def _state_size(store: Store) -> int:
     state = await store.get_queue_state("q")
     assert state is not None
@@ -109,14 +104,14 @@ async def _state_size(store: Store) -> int:
 async def test_a_rate_of_two_million_an_hour_at_its_limit_keeps_the_state_small(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    clock = Clock()
-    monkeypatch.setattr(admission, "utcnow", clock)
+    clock = VirtualClock()
     monkeypatch.setattr(admission, "BATCH", 10_000)  # 200 rounds, not 20,000
     line = EndlessLine(store, 10_000)
-    admitter = Admitter(line, Runtime(), declare("q", rate="2000000/1h"))  # type: ignore[arg-type]
+    runtime = Runtime(clock)
+    admitter = Admitter(line, runtime, declare("q", rate="2000000/1h"))  # type: ignore[arg-type]
     for _ in range(200):
         await admitter.admit_round()
-        clock.now += timedelta(seconds=17.9)  # the whole two million within the hour
+        await clock.advance(17.9)  # the whole two million within the hour
     assert line.admitted == 2_000_000
     assert not await admitter.admit_round()  # at the limit: nothing more
     assert line.admitted == 2_000_000
@@ -124,7 +119,7 @@ async def test_a_rate_of_two_million_an_hour_at_its_limit_keeps_the_state_small(
     assert size < LIMIT, f"the queue's state is {size} bytes"
     state = await store.get_queue_state("q")
     assert state is not None and len(state.window) <= WINDOW_ENTRIES
-    clock.now += timedelta(hours=1)  # the window has passed: admission goes on
+    await clock.advance("1h")  # the window has passed: admission goes on
     await admitter.admit_round()
     assert line.admitted == 2_010_000
 
@@ -147,20 +142,19 @@ async def test_a_million_slots_with_100000_runs_in_flight_keep_the_state_small(
 async def test_the_bounded_rate_window_never_admits_more_than_n_in_any_window(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    clock = Clock()
-    monkeypatch.setattr(admission, "utcnow", clock)
+    clock = VirtualClock()
     monkeypatch.setattr(admission, "BATCH", 7)
     line = EndlessLine(store, 7)
-    admitter = Admitter(line, Runtime(), declare("q", rate="50/10s"))  # type: ignore[arg-type]
+    admitter = Admitter(line, Runtime(clock), declare("q", rate="50/10s"))  # type: ignore[arg-type]
     rng = random.Random(19)
     log: list[tuple[datetime, int]] = []
-    start = clock.now
-    while clock.now < start + timedelta(seconds=120):
+    start = clock.now()
+    while clock.now() < start + timedelta(seconds=120):
         before = line.admitted
         await admitter.admit_round()
         if line.admitted > before:
-            log.append((clock.now, line.admitted - before))
-        clock.now += timedelta(milliseconds=rng.choice([1, 5, 20, 100, 400]))
+            log.append((clock.now(), line.admitted - before))
+        await clock.advance(timedelta(milliseconds=rng.choice([1, 5, 20, 100, 400])))
     per = timedelta(seconds=10)
     worst = max(sum(n for t, n in log if end - per < t <= end) for end, _ in log)
     assert worst <= 50

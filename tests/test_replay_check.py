@@ -10,9 +10,10 @@ import pydantic
 import pytest
 
 from engine_core import Engine, ReplayReport, WorkflowContext, WorkflowNotRegisteredError
+from engine_core.common.clock import utcnow
 from engine_core.memory import InMemoryStore
 from engine_core.memory.cloning import clone
-from engine_core.records import StepRecord, utcnow
+from engine_core.records import StepRecord
 from engine_core.run import replay_check as replay_check_module
 from engine_core.run.divergence import callable_name
 from engine_core.run.keys import CURRENT_SCHEME

@@ -21,8 +21,8 @@ from engine_core import (
     WorkflowContext,
     WorkflowNotRegisteredError,
 )
+from engine_core.common.clock import utcnow
 from engine_core.memory import InMemoryStore
-from engine_core.records import utcnow
 from engine_core.schedules.times import fire_run_id, make_spec, next_fire
 
 

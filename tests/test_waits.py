@@ -15,7 +15,7 @@ from engine_core import (
     WorkflowRunFailedError,
     current_step,
 )
-from engine_core.records import utcnow
+from engine_core.common.clock import utcnow
 from engine_core.store import Store
 from tests.conftest import open_store
 

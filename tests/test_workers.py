@@ -14,7 +14,7 @@ import pytest
 
 import engine_core.fleet.registry as registry
 from engine_core import Engine, WorkflowContext, WorkflowNotRegisteredError
-from engine_core.records import utcnow
+from engine_core.common.clock import utcnow
 from engine_core.testing.worker_cases import make_worker
 
 

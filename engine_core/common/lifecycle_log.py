@@ -11,6 +11,8 @@ formatter picks them up, and each message is one line.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 import engine_core.metrics as metrics
@@ -79,9 +81,12 @@ def run_started(run: RunRecord) -> None:
     )
 
 
-def run_ended(run: RunRecord, status: str, error: dict[str, Any] | None) -> None:
-    """Log (INFO, or WARNING when it failed) and count that ``run`` ended with ``status``."""
-    metrics.run_ended(run.workflow, status, run.created_at)
+def run_ended(
+    run: RunRecord, status: str, error: dict[str, Any] | None, now: Callable[[], datetime]
+) -> None:
+    """Log (INFO, or WARNING when it failed) and count that ``run`` ended with ``status``
+    (``now``: the engine's clock, for how long it took)."""
+    metrics.run_ended(run.workflow, status, run.created_at, now)
     if not log.isEnabledFor(logging.INFO):
         return
     summary = error_summary(error) if status != "completed" else ""

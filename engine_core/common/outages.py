@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+from engine_core.common.clock import real_seconds
 from engine_core.common.lifecycle_log import fields, one_line
 from engine_core.errors import StoreUnavailableError
 
@@ -60,14 +60,14 @@ class Outages:
             return 0.0
         if self._back_at is None:
             return float("inf")
-        return time.monotonic() - self._back_at
+        return real_seconds() - self._back_at
 
     def failed(self, exc: BaseException) -> None:
         """A call failed with ``exc`` because the store is unreachable: the outage begins
         (logged once)."""
         self._failures += 1
         if self._since is None:
-            self._since = time.monotonic()
+            self._since = real_seconds()
             self._first_error = one_line(exc)
             log.warning(
                 "the store is unavailable (%s); waiting for it",
@@ -81,17 +81,17 @@ class Outages:
         waits out inside the call, raising nothing yet; logged as one begins."""
         if self._since is None:
             self._since = began
-            self._first_error = f"no answer for {time.monotonic() - began:.0f} s"
+            self._first_error = f"no answer for {real_seconds() - began:.0f} s"
             log.warning(
                 "the store has not answered for %.0f s; waiting for it",
-                time.monotonic() - began,
+                real_seconds() - began,
                 extra=fields(None),
             )
 
     async def watch(self, call: Awaitable[_T]) -> _T:
         """``await call``; if it has not answered within :data:`SLOW_S` seconds, an
         outage begins (:meth:`unanswered`), and ends when it answers."""
-        began = time.monotonic()
+        began = real_seconds()
         timer = asyncio.get_running_loop().call_later(SLOW_S, self.unanswered, began)
         try:
             result = await call
@@ -105,14 +105,14 @@ class Outages:
         if self._since is not None:
             log.info(
                 "the store is back after %.1f s (%d calls failed meanwhile; first: %s)",
-                time.monotonic() - self._since,
+                real_seconds() - self._since,
                 self._failures,
                 self._first_error,
                 extra=fields(None),
             )
             self._since = None
             self._failures = 0
-            self._back_at = time.monotonic()
+            self._back_at = real_seconds()
 
     async def call(
         self,
@@ -124,14 +124,14 @@ class Outages:
         """``await fn()``, again and again while the store is unavailable, waiting more
         between tries; past ``timeout`` seconds of outage, the last
         :class:`StoreUnavailableError`. ``watched``: each try is :meth:`watch`-ed."""
-        began = time.monotonic()
+        began = real_seconds()
         wait = FIRST_WAIT_S
         while True:
             try:
                 if timeout is None:
                     result = await (self.watch(fn()) if watched else fn())
                 else:
-                    left = max(0.001, timeout - (time.monotonic() - began))
+                    left = max(0.001, timeout - (real_seconds() - began))
                     try:
                         async with asyncio.timeout(left):
                             result = await (self.watch(fn()) if watched else fn())
@@ -141,7 +141,7 @@ class Outages:
                         ) from None
             except StoreUnavailableError as exc:
                 self.failed(exc)
-                if timeout is not None and time.monotonic() - began + wait > timeout:
+                if timeout is not None and real_seconds() - began + wait > timeout:
                     raise
                 await asyncio.sleep(wait)
                 wait = min(wait * 2, LAST_WAIT_S)

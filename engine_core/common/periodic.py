@@ -15,7 +15,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 
+from engine_core.common.clock import Clock, Timer
 from engine_core.common.outages import Outages
 from engine_core.common.tasks import cancel_and_wait, wait_event
 
@@ -34,7 +36,8 @@ class Periodic:
     it starts and one when it ends); any other error is logged and the turn is tried
     again after ``every`` seconds. ``wait_first`` waits before the first turn;
     ``settle`` is how long a woken loop waits for more wake-ups before its turn (so
-    many pokes share one turn).
+    many pokes share one turn). The seconds are real ones: a turn that waits for a time
+    on the engine's ``clock`` asks for a wake-up then (:meth:`wake_at`).
     """
 
     def __init__(
@@ -46,6 +49,7 @@ class Periodic:
         outages: Outages,
         wait_first: bool = False,
         settle: float = 0.0,
+        clock: Clock | None = None,
     ) -> None:
         self.what = what
         self._body = body
@@ -56,6 +60,9 @@ class Periodic:
         self._wake = asyncio.Event()
         self._stopping = False
         self._task: asyncio.Task[None] | None = None
+        self._clock = clock
+        self._alarm: tuple[datetime, Timer] | None = None
+        self._turning = False
 
     @property
     def running(self) -> bool:
@@ -71,10 +78,28 @@ class Periodic:
         """Take the next turn now (or, when one is running, right after it)."""
         self._wake.set()
 
+    def wake_at(self, when: datetime) -> None:
+        """Take a turn when the clock (given at construction) reaches ``when`` (the one
+        time asked for last)."""
+        assert self._clock is not None, "a loop woken at a time needs the engine's clock"
+        if self._alarm is not None:
+            if self._alarm[0] == when:
+                return
+            self._alarm[1].cancel()
+        self._alarm = (when, self._clock.call_at(when, self.wake))
+
+    @property
+    def busy(self) -> bool:
+        """Whether a turn is running or about to (woken)."""
+        return self._turning or self._wake.is_set()
+
     async def stop(self) -> None:
         """Stop the loop and wait until it has stopped. A turn in progress is cancelled."""
         self._stopping = True
         self._wake.set()
+        if self._alarm is not None:
+            self._alarm[1].cancel()
+            self._alarm = None
         await cancel_and_wait(self._task)
         self._task = None
 
@@ -90,6 +115,7 @@ class Periodic:
             else:
                 await asyncio.sleep(0)  # a turn that never awaits must not starve the loop
             self._wake.clear()
+            self._turning = True
             try:
                 wanted = await self._outages.call(self._body)
             except asyncio.CancelledError:
@@ -99,4 +125,6 @@ class Periodic:
                     return  # a cancellation taken for an error on the way out
                 log.exception("%s failed; trying again", self.what)
                 wanted = None
+            finally:
+                self._turning = False
             delay = self._every if wanted is None else max(0.0, wanted)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
+from engine_core.common.clock import Clock
 from engine_core.common.durations import Duration, parse_duration
 from engine_core.common.outages import Outages
 from engine_core.mirror import RunMirror
@@ -38,6 +39,9 @@ class EngineConfig:
     #: How long a client call (``start``...) waits out a store outage before it raises
     #: :class:`~engine_core.StoreUnavailableError`.
     store_timeout: float = 30.0
+    #: Every pass ends after each step it records, and the next replays the body from
+    #: the top (``Engine(always_replay=True)``: non-determinism shows in tests).
+    always_replay: bool = False
 
     @classmethod
     def of(
@@ -50,6 +54,7 @@ class EngineConfig:
         concurrency: int,
         shutdown_grace: Duration | None,
         store_timeout: Duration,
+        always_replay: bool = False,
     ) -> EngineConfig:
         """The options as ``Engine`` takes them (seconds or duration strings), checked."""
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
@@ -70,6 +75,7 @@ class EngineConfig:
             concurrency=concurrency,
             shutdown_grace=grace,
             store_timeout=parse_duration(store_timeout, what="store_timeout"),
+            always_replay=bool(always_replay),
         )
 
 
@@ -98,6 +104,10 @@ class Runtime(Protocol):
     @property
     def instance_id(self) -> str:
         """This engine's identity as a lease and claim holder."""
+
+    @property
+    def clock(self) -> Clock:
+        """The engine's clock: every time a mechanism reads, stamps or waits for."""
 
     @property
     def mirror(self) -> RunMirror | None:
@@ -171,6 +181,10 @@ class Runtime(Protocol):
 
     def arm_work_timer(self, due_at: datetime) -> None:
         """Wake the worker when a queue job falls due at ``due_at`` (while serving)."""
+
+    def run_stopped(self, run: RunRecord) -> None:
+        """``run`` was suspended in this process (a pass found it diverged): wake its
+        waiters if that ends their wait (``always_replay``)."""
 
     def run_settled(self, run: RunRecord) -> None:
         """``run`` reached a terminal status in this process: wake its waiters (and its

@@ -9,7 +9,6 @@ with its process) is judged here by the clock.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 from collections import OrderedDict
@@ -19,11 +18,12 @@ from datetime import timedelta
 
 import engine_core.common.lifecycle_log as lifecycle_log
 import engine_core.metrics as metrics
+from engine_core.common.clock import real_seconds
 from engine_core.common.journal import merged_steps
 from engine_core.common.outages import LAST_WAIT_S
 from engine_core.common.periodic import Periodic
 from engine_core.common.runtime import Runtime
-from engine_core.records import TERMINAL, RunRecord, StepPage, StepRecord, utcnow
+from engine_core.records import TERMINAL, RunRecord, StepPage, StepRecord
 from engine_core.run.control import RunControl
 from engine_core.run.leases import holding
 from engine_core.store import Store
@@ -93,7 +93,7 @@ class RedispatchBackoff:
         return len(self._eligible)
 
     def eligible(self, run_id: str, now: float) -> bool:
-        """Whether ``run_id`` may have its lost dispatch re-sent at ``now`` (monotonic
+        """Whether ``run_id`` may have its lost dispatch re-sent at ``now`` (real
         seconds)."""
         entry = self._eligible.get(run_id)
         return entry is None or entry[0] <= now
@@ -141,6 +141,11 @@ class WorkflowRecovery:
         )
         self._loop.start()
 
+    @property
+    def busy(self) -> bool:
+        """Whether a recovery pass runs now or is about to."""
+        return self._loop is not None and self._loop.busy
+
     async def stop(self) -> None:
         """Stop the recovery loop (a pass in progress is cancelled)."""
         if self._loop is not None:
@@ -165,7 +170,8 @@ class WorkflowRecovery:
             await self._sweep_in_flight(report)
             await self._sweep_stalled(report)
             # Forks whose forker died between its writes (see ``Store.fork_run``).
-            await self.store.clean_forks(utcnow() - timedelta(seconds=FORK_GRACE_S))
+            forked_before = runtime.clock.now() - timedelta(seconds=FORK_GRACE_S)
+            await self.store.clean_forks(forked_before)
             await metrics.measure_queues(self.store.queue_names, self.store.count_queue)
         metrics.recovered(
             {
@@ -184,7 +190,7 @@ class WorkflowRecovery:
         are kicked here (nothing written: what woke them is still in the store if this
         process dies first); the others are marked owed for the fleet's workers, in bulk.
         Runs the backoff says to leave alone are skipped. Returns the runs woken."""
-        now = asyncio.get_running_loop().time()
+        now = real_seconds()
         owed = []
         for run_id in dict.fromkeys(run_ids):
             if self.backoff.eligible(run_id, now):
@@ -219,7 +225,7 @@ class WorkflowRecovery:
         self, page: list[StepRecord], report: RecoveryReport, startup: bool
     ) -> None:
         runtime = self.runtime
-        now = utcnow()
+        now = runtime.clock.now()
         children = [s.child_run_id for s in page if s.kind == "child" and s.child_run_id]
         found = {r.run_id: r for r in await self.store.get_runs(children)} if children else {}
         wake: dict[str, str] = {}  # run id -> what the report counts it as
@@ -248,7 +254,7 @@ class WorkflowRecovery:
 
     async def _sweep_unnotified(self, report: RecoveryReport) -> None:
         # A worker or a child run settled a step and died before telling its run.
-        before = utcnow() - timedelta(seconds=self.runtime.config.lease_ttl)
+        before = self.runtime.clock.now() - timedelta(seconds=self.runtime.config.lease_ttl)
         for step in await self.store.find_unnotified_steps(before, RUN_BATCH):
             await self.control.notify_run(step.run_id, step.key)
             report.note("resumed", step.run_id)
@@ -272,7 +278,8 @@ class WorkflowRecovery:
             # a run first would count their steps as lost attempts. A holder that died
             # meanwhile is found at a later sweep.
             return
-        before = utcnow() - timedelta(seconds=min(config.lease_ttl, config.undispatched_after))
+        since = min(config.lease_ttl, config.undispatched_after)
+        before = self.runtime.clock.now() - timedelta(seconds=since)
         idle = await self.store.find_idle_runs(before, RUN_BATCH, in_flight_only=True)
         kinds = {r.run_id: "redispatched" if _lost_arm(r) else "resumed" for r in idle}
         found = {r.run_id: r for r in idle}
@@ -281,7 +288,7 @@ class WorkflowRecovery:
             lifecycle_log.run_recovered(found[run_id], "its pass died mid-step")
 
     async def _sweep_stalled(self, report: RecoveryReport) -> None:
-        before = utcnow() - timedelta(seconds=self.runtime.config.stalled_after)
+        before = self.runtime.clock.now() - timedelta(seconds=self.runtime.config.stalled_after)
         stalled = []
         for run in await self.store.find_idle_runs(before, RUN_BATCH):
             steps = merged_steps(run, await self.store.load_steps(run.run_id))

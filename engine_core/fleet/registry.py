@@ -14,15 +14,15 @@ import asyncio
 import logging
 import os
 import socket
-import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from engine_core.common.clock import Clock, real_seconds
 from engine_core.common.outages import Outages
 from engine_core.common.periodic import Periodic
 from engine_core.errors import WorkflowNotRegisteredError
-from engine_core.records import Worker, utcnow
+from engine_core.records import Worker
 from engine_core.store import Store
 
 log = logging.getLogger("engine_core.fleet.registry")
@@ -48,18 +48,20 @@ class Registry:
         outages: Outages,
         instance_id: str,
         describe: Callable[[], Worker],
+        clock: Clock,
     ) -> None:
         self._store = store
         self._outages = outages
         self._instance_id = instance_id
         self._describe = describe
-        self._started_at = utcnow()
+        self._clock = clock
+        self._started_at = clock.now()
         self._loop: Periodic | None = None
 
     def record(self) -> Worker:
         """This process's record as it is now, stamped with its start and its expiry."""
         worker = self._describe()
-        now = utcnow()
+        now = self._clock.now()
         worker.started_at = self._started_at
         worker.last_seen = now
         worker.expires_at = now + timedelta(seconds=EXPIRES_AFTER_S)
@@ -74,7 +76,7 @@ class Registry:
     async def start(self) -> None:
         """Write the record now (so a client sees this worker as soon as it serves),
         then every :data:`REFRESH_S` seconds."""
-        self._started_at = utcnow()
+        self._started_at = self._clock.now()
         await self._outages.call(self.refresh)
         self._loop = Periodic(
             "recording this worker in the registry",
@@ -84,6 +86,11 @@ class Registry:
             wait_first=True,
         )
         self._loop.start()
+
+    def refresh_soon(self) -> None:
+        """Write the record again now (the clock jumped past its expiry)."""
+        if self._loop is not None:
+            self._loop.wake()
 
     async def stop(self) -> None:
         """Stop refreshing and delete this process's record."""
@@ -172,10 +179,10 @@ class FleetView:
     async def workers(self, *, fresh: bool = False) -> list[Worker]:
         """The live workers, read again when the last read is older than ``VIEW_KEPT_S`` (or
         ``fresh``)."""
-        now = time.monotonic()
+        now = real_seconds()
         if fresh or self._read_at is None or now - self._read_at > VIEW_KEPT_S:
             self._workers = await self._store.list_workers()
-            self._read_at = time.monotonic()
+            self._read_at = real_seconds()
         return self._workers
 
     async def queue_limits(self, name: str) -> dict[str, Any] | None:
@@ -183,10 +190,10 @@ class FleetView:
         process) or a live worker declares them; None when neither knows it (read
         again once when the cached view does not have it)."""
         for fresh in (False, True):
-            now = time.monotonic()
+            now = real_seconds()
             if fresh or self._queues_read_at is None or now - self._queues_read_at > VIEW_KEPT_S:
                 self._queues = await self._store.list_queue_limits()
-                self._queues_read_at = time.monotonic()
+                self._queues_read_at = real_seconds()
             if name in self._queues:
                 return self._queues[name]
             for worker in await self.workers(fresh=fresh):

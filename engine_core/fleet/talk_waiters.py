@@ -15,10 +15,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Literal
 
+from engine_core.common.clock import real_seconds
 from engine_core.records import UpdateRecord
 from engine_core.store import Store
 
@@ -175,14 +175,14 @@ class Backoff:
         self.deadline = deadline
         self.hinted = hinted
         self._delay = POLL_MIN_S
-        self._checked = time.monotonic()
+        self._checked = real_seconds()
 
     def next_wait(self) -> float:
         """Seconds to wait now (``TimeoutError`` once the deadline has passed)."""
         wait = CHECK_S if self.hinted else self._delay
         self._delay = min(self._delay * 2, POLL_MAX_S)
         if self.deadline is not None:
-            left = self.deadline - time.monotonic()
+            left = self.deadline - real_seconds()
             if left <= 0:
                 raise TimeoutError
             wait = min(wait, left)
@@ -190,7 +190,7 @@ class Backoff:
 
     def check_due(self) -> bool:
         """Whether the run's status is due a look (every :data:`CHECK_S`)."""
-        now = time.monotonic()
+        now = real_seconds()
         if now - self._checked >= CHECK_S:
             self._checked = now
             return True

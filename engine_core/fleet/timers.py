@@ -10,19 +10,19 @@ run it ever handled until that run's deadline or timeout would have come.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Collection, Hashable
 from datetime import datetime
 
-from engine_core.records import utcnow
+from engine_core.common.clock import Clock, Timer
 
 
 class Timers:
-    """Callbacks due at a time, at most one per key; all cancelled by :meth:`cancel_all`,
-    a run's by :meth:`cancel_run`."""
+    """Callbacks due at a time on ``clock``, at most one per key; all cancelled by
+    :meth:`cancel_all`, a run's by :meth:`cancel_run`."""
 
-    def __init__(self) -> None:
-        self._handles: dict[Hashable, asyncio.TimerHandle] = {}
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self._handles: dict[Hashable, Timer] = {}
         # The keys of the timers armed for each run.
         self._of_run: dict[str, set[Hashable]] = {}
 
@@ -41,14 +41,13 @@ class Timers:
         with ``run_id``, the timer is the run's (cancelled when it ends)."""
         if key in self._handles:
             return
-        delay = max(0.0, (due_at - utcnow()).total_seconds())
 
         def run() -> None:
             self._handles.pop(key, None)
             self._unlink(key, run_id)
             fire()
 
-        self._handles[key] = asyncio.get_running_loop().call_later(delay, run)
+        self._handles[key] = self._clock.call_at(due_at, run)
         if run_id is not None:
             self._of_run.setdefault(run_id, set()).add(key)
 

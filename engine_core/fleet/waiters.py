@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 
+from engine_core.common.clock import real_seconds
 from engine_core.common.outages import Outages
 from engine_core.common.tasks import wait_event
 from engine_core.errors import RunNotFoundError, StoreUnavailableError
 from engine_core.records import TERMINAL, RunRecord
+from engine_core.run.results import diverged
 from engine_core.store import Store
 
 log = logging.getLogger("engine_core")
@@ -41,11 +42,16 @@ class RunWaiters:
         local: Callable[[str], bool],
         store_timeout: float = 30.0,
         outages: Outages | None = None,
+        *,
+        divergence_ends: bool = False,
     ) -> None:
         self.store = store
         self.store_timeout = store_timeout
         #: Where an outage the reads meet is logged (once, with the process's others).
         self._outages = outages or Outages()
+        # ``always_replay``: a run suspended for diverging ends the wait too (its waiter
+        # raises NonDeterminismError), so a test fails at once, not at its timeout.
+        self._divergence_ends = divergence_ends
         # Runs this process is driving: their end here wakes their waiters, so the
         # shared query leaves them out.
         self._local = local
@@ -60,11 +66,12 @@ class RunWaiters:
         return len(self._futures)
 
     async def wait(self, run_id: str, timeout: float | None) -> RunRecord:
-        """The run once it is terminal; :class:`RunNotFoundError` if it does not exist,
-        ``TimeoutError`` past ``timeout`` seconds."""
+        """The run once it is terminal (or, with ``divergence_ends``, suspended for
+        diverging); :class:`RunNotFoundError` if it does not exist, ``TimeoutError``
+        past ``timeout`` seconds."""
         future: asyncio.Future[RunRecord] = asyncio.get_running_loop().create_future()
         self._futures.setdefault(run_id, []).append(future)
-        self._since.setdefault(run_id, time.monotonic())
+        self._since.setdefault(run_id, real_seconds())
         self._new.add(run_id)
         self.hint()
         try:
@@ -79,8 +86,13 @@ class RunWaiters:
                     del self._futures[run_id]
                     self._since.pop(run_id, None)
 
+    def ends_wait(self, run: RunRecord) -> bool:
+        """Whether ``run`` ends a wait: terminal, or suspended for diverging (with
+        ``divergence_ends``)."""
+        return run.status in TERMINAL or (self._divergence_ends and diverged(run))
+
     def settled(self, run: RunRecord) -> None:
-        """``run`` reached a terminal status in this process."""
+        """``run`` reached a terminal status in this process (or one that ends a wait)."""
         self._since.pop(run.run_id, None)
         for future in self._futures.pop(run.run_id, []):
             if not future.done():
@@ -104,7 +116,7 @@ class RunWaiters:
             self._wake.clear()
             await asyncio.sleep(0)  # let every waiter that arrives with this one register
             new, self._new = self._new & self._futures.keys(), set()
-            began = time.monotonic()
+            began = real_seconds()
             try:
                 async with asyncio.timeout(self.store_timeout):
                     ended = await self._outages.watch(self._read(new))
@@ -139,12 +151,14 @@ class RunWaiters:
             found = {r.run_id: r for r in await self.store.get_runs(sorted(new))}
             for run_id in new - found.keys():
                 self._fail(run_id, RunNotFoundError(f"no run has id {run_id!r}"))
-            ended = [r for r in found.values() if r.status in TERMINAL]
+            ended = [r for r in found.values() if self.ends_wait(r)]
         else:
             ended = []
         old = {r for r in self._futures if r not in new and self._polled(r)}
         if old:
-            ended += await self.store.get_runs(sorted(old), status_in=sorted(TERMINAL))
+            ends = TERMINAL | {"suspended"} if self._divergence_ends else TERMINAL
+            read = await self.store.get_runs(sorted(old), status_in=sorted(ends))
+            ended += [r for r in read if self.ends_wait(r)]
         return ended
 
     def _polled(self, run_id: str) -> bool:
@@ -155,12 +169,12 @@ class RunWaiters:
         if not self._local(run_id):
             return True
         since = self._since.get(run_id)
-        return since is not None and time.monotonic() - since >= LOCAL_AFTER_S
+        return since is not None and real_seconds() - since >= LOCAL_AFTER_S
 
     def _give_up(self, failing_since: float) -> None:
         """Tell each waiter whose last ``store_timeout`` seconds of waiting saw only
         failed reads that the store is unavailable."""
-        now = time.monotonic()
+        now = real_seconds()
         for run_id, since in list(self._since.items()):
             if now - max(since, failing_since) >= self.store_timeout:
                 message = f"the store did not answer within {self.store_timeout:g} s"

@@ -11,6 +11,7 @@ from typing import Any
 
 import engine_core.common.lifecycle_log as lifecycle_log
 import engine_core.metrics as metrics
+from engine_core.common.clock import real_seconds
 from engine_core.common.convert import declared_parameter, from_json
 from engine_core.common.durations import retry_delay_seconds
 from engine_core.common.runtime import Runtime, StepFn
@@ -18,7 +19,7 @@ from engine_core.common.tasks import abandon, cancel_and_wait, wait_event
 from engine_core.common.values import check_fits, idempotency_key
 from engine_core.errors import StoreUnavailableError
 from engine_core.mirror import mirror_step
-from engine_core.records import StepRecord, utcnow
+from engine_core.records import StepRecord
 from engine_core.run.attempt import error_info, run_attempt
 from engine_core.run.control import RunControl
 from engine_core.run.leases import KeepAlive
@@ -65,6 +66,12 @@ class Worker:
         # Jobs run here for a pass that waits for them in this process.
         self._handoff: dict[tuple[str, str], asyncio.Future[StepRecord | None]] = {}
         self._skip_until: dict[str, float] = {}
+        self._polling = False
+
+    @property
+    def busy(self) -> bool:
+        """Whether it polls, is about to (woken), or runs jobs now."""
+        return self._polling or self._wake.is_set() or bool(self._jobs)
 
     def wake(self) -> None:
         """Work may be waiting: poll now instead of at the end of the idle backoff."""
@@ -102,6 +109,7 @@ class Worker:
         orphans_checked = False
         while not self._stopping:
             self._wake.clear()
+            self._polling = True
             try:
                 if not orphans_checked:
                     await self._release_orphans()
@@ -118,6 +126,8 @@ class Worker:
             except Exception:
                 log.exception("worker poll failed; backing off")
                 found = False
+            finally:
+                self._polling = False
             if found:
                 idle = IDLE_MIN_S
                 await asyncio.sleep(0)
@@ -140,7 +150,7 @@ class Worker:
             found = bool(jobs)
         workflows = list(runtime.workflow_names())
         if workflows:
-            now = asyncio.get_running_loop().time()
+            now = real_seconds()
             owed = await self.store.find_runs_needing_pass(workflows, config.concurrency * 2)
             for run_id in owed:
                 if self._skip_until.get(run_id, 0) > now:
@@ -154,7 +164,7 @@ class Worker:
     def _skipper(self, run_id: str) -> Callable[[], None]:
         def skip() -> None:
             # Another process holds the run and will see the owed pass itself.
-            self._skip_until[run_id] = asyncio.get_running_loop().time() + 1.0
+            self._skip_until[run_id] = real_seconds() + 1.0
 
         return skip
 
@@ -239,7 +249,7 @@ class Worker:
                 return
         function = self.runtime.step_fn(job.function or "")
         assert function is not None, "claims only take jobs of registered step functions"
-        started = utcnow()
+        started = self.runtime.clock.now()
         self._began(job)
         due = job.due_at or job.scheduled_at
         if due is not None:
@@ -306,7 +316,7 @@ class Worker:
                     info,
                     lambda: function(from_json(job.payload, declared_parameter(function, 0))),
                     threaded=runs_in_thread(function),
-                    hooks=AttemptStreams(self.store, renew),
+                    hooks=AttemptStreams(self.store, self.runtime.clock, renew),
                     slots=self.runtime.slots,
                     timeout=job.timeout,
                     traceparent=job.traceparent,
@@ -333,7 +343,7 @@ class Worker:
         lifecycle_log.attempt_will_retry(
             job.run_id, workflow, job.key, job.traceparent, attempt, job.max_attempts, error, wait
         )
-        due = utcnow() + timedelta(seconds=wait)
+        due = self.runtime.clock.now() + timedelta(seconds=wait)
         if await self._record(job, "scheduled", error=error, due_at=due, started_at=started):
             self.runtime.arm_work_timer(due)
 
@@ -342,7 +352,8 @@ class Worker:
         waits for it here, else tell the run."""
         waiting = self._handoff.get((job.run_id, job.key))
         told = waiting is not None and not waiting.done()
-        transition = job_ended(job, self.runtime.instance_id, status, told=told, **fields)
+        now = self.runtime.clock.now()
+        transition = job_ended(job, self.runtime.instance_id, status, told=told, now=now, **fields)
         outages = self.runtime.outages
         if not await self._write_through_outage(job, transition):
             log.warning(

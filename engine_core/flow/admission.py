@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -49,7 +48,7 @@ from datetime import datetime, timedelta
 from engine_core.common.periodic import Periodic
 from engine_core.common.runtime import Runtime
 from engine_core.flow.queues import QueueLimits, Rate
-from engine_core.records import TERMINAL, QueueState, RunRecord, utcnow
+from engine_core.records import TERMINAL, QueueState, RunRecord
 from engine_core.store import Store
 
 log = logging.getLogger("engine_core.flow.admission")
@@ -89,7 +88,9 @@ class Admitter:
         self.store = store
         self.runtime = runtime
         self.limits = limits
-        self._next_at: float | None = None
+        self.clock = runtime.clock
+        # When the rate window frees a slot (the clock's time), if a round found it full.
+        self._next_at: datetime | None = None
         self._loop = Periodic(
             f"admission for queue {limits.name!r}",
             self._turn,
@@ -97,6 +98,7 @@ class Admitter:
             outages=runtime.outages,
             wait_first=True,
             settle=COALESCE_S,  # runs that end together (a group commit) share one round
+            clock=runtime.clock,
         )
         # Whether this admitter counted the queue's admitted runs once: ``held`` is an
         # upper bound only if every admission since it was counted added to it, which
@@ -108,6 +110,11 @@ class Admitter:
     def poke(self) -> None:
         """Something changed (a run joined the line or ended): look again now."""
         self._loop.wake()
+
+    @property
+    def busy(self) -> bool:
+        """Whether a round runs now or is about to."""
+        return self._loop.busy
 
     def start(self) -> None:
         """Start admitting from this queue's line."""
@@ -124,7 +131,8 @@ class Admitter:
             pass
         if self._next_at is None:
             return POLL_S
-        return max(0.0, min(POLL_S, self._next_at - time.monotonic()))
+        self._loop.wake_at(self._next_at)
+        return max(0.0, min(POLL_S, (self._next_at - self.clock.now()).total_seconds()))
 
     async def admit_round(self) -> bool:
         """Admit what the limits allow from the head of the line; whether to go on at
@@ -137,7 +145,7 @@ class Admitter:
             await self._admit(line)
             return len(line) == BATCH
         state = await self.store.get_queue_state(limits.name) or QueueState(limits.name)
-        now = utcnow()
+        now = self.clock.now()
         room = await self._room(state, line, now)
         picked, full = self._pick(room.line, room.free, room.per_key)
         if not picked:
@@ -257,8 +265,8 @@ class Admitter:
         if rate is None or not window or sum(n for _, n in window) < rate.count:
             return
         # The window frees slots when its oldest entry leaves it.
-        frees_in = (window[0][0] + timedelta(seconds=rate.per) - now).total_seconds()
-        self._next_at = time.monotonic() + max(0.0, frees_in) + 0.001
+        frees_at = window[0][0] + timedelta(seconds=rate.per)
+        self._next_at = max(now, frees_at) + timedelta(milliseconds=1)
 
 
 def _live_window(
@@ -300,6 +308,11 @@ class Admission:
 
     def __init__(self, store: Store, runtime: Runtime, queues: Mapping[str, QueueLimits]) -> None:
         self._admitters = {name: Admitter(store, runtime, q) for name, q in queues.items()}
+
+    @property
+    def busy(self) -> bool:
+        """Whether an admitter's round runs now or is about to."""
+        return any(admitter.busy for admitter in self._admitters.values())
 
     def start(self) -> None:
         """Start an admitter for every declared queue."""

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from engine_core.common.clock import Clock
 from engine_core.common.status import QueueStatus
 from engine_core.flow.queues import QueueLimits, parse_rate
-from engine_core.records import utcnow
 from engine_core.store import Store
 
 
@@ -46,10 +46,13 @@ async def store_declared_limits(store: Store, declared: Mapping[str, QueueLimits
             await store.put_queue_limits(name, doc)
 
 
-async def queue_figures(store: Store, declared: Mapping[str, QueueLimits]) -> list[QueueStatus]:
+async def queue_figures(
+    store: Store, declared: Mapping[str, QueueLimits], clock: Clock
+) -> list[QueueStatus]:
     """The queues declared here, declared by any serving process (their limits are
     stored) or holding runs in the store, sorted by name. This process's declaration
-    wins; a queue declared nowhere shows no limits."""
+    wins; a queue declared nowhere shows no limits. ``clock``: the engine's, whose
+    minutes the admissions are counted in."""
     out = []
     stored = await store.list_queue_limits()
     names = sorted(set(declared) | set(stored) | set(await store.queue_names()))
@@ -57,7 +60,7 @@ async def queue_figures(store: Store, declared: Mapping[str, QueueLimits]) -> li
         limits = declared.get(name) or limits_of(name, stored.get(name, {}))
         counts = await store.count_queue(name)
         state = await store.get_queue_state(name)
-        minute = int(utcnow().timestamp() // 60)
+        minute = int(clock.now().timestamp() // 60)
         recent = state.minutes if state is not None else []
         rate = limits.rate
         out.append(

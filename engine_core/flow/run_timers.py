@@ -17,7 +17,7 @@ from typing import Any
 from engine_core.common.periodic import Periodic
 from engine_core.common.runtime import Runtime
 from engine_core.fleet.timers import Timers
-from engine_core.records import TERMINAL, RunRecord, utcnow
+from engine_core.records import TERMINAL, RunRecord
 from engine_core.run.control import RunControl
 from engine_core.store import Store
 
@@ -50,13 +50,18 @@ class RunTimers:
         self.runtime = runtime
         self.control = control
         self._joined_line = joined_line
-        self._timers = Timers()
+        self._timers = Timers(runtime.clock)
         self._loop = Periodic(
             "sweeping delayed runs and deadlines",
             self.sweep,
             every=runtime.config.recovery_interval,
             outages=runtime.outages,
         )
+
+    @property
+    def busy(self) -> bool:
+        """Whether a sweep runs now or is about to."""
+        return self._loop.busy
 
     def start(self) -> None:
         """Start the loop that fires delays and deadlines due."""
@@ -103,7 +108,7 @@ class RunTimers:
         """Release what is due, cancel what is past its deadline, and arm timers for
         what falls due before the next sweep."""
         await self.release_due()
-        now = utcnow()
+        now = self.runtime.clock.now()
         horizon = now + timedelta(seconds=self.runtime.config.recovery_interval)
         for run in await self.store.find_deadlines(horizon, SWEEP_BATCH):
             if run.deadline_at is not None and run.deadline_at <= now:
@@ -117,7 +122,10 @@ class RunTimers:
         """Release every delayed run whose time has come; how many were released."""
         released = 0
         while True:
-            due = await self.store.find_delayed_runs(utcnow(), SWEEP_BATCH)
+            # A run is due at its ``not_before`` itself (the find is strict): a virtual
+            # clock's alarm rings exactly then, a real one a little after.
+            before = self.runtime.clock.now() + timedelta(microseconds=1)
+            due = await self.store.find_delayed_runs(before, SWEEP_BATCH)
             if not due:
                 return released
             runs = await self.store.release_delayed_runs(due)
@@ -135,7 +143,7 @@ class RunTimers:
         run = await self.store.get_run(run_id)
         if run is None or run.status in TERMINAL or run.deadline_at is None:
             return
-        if run.deadline_at > utcnow():
+        if run.deadline_at > self.runtime.clock.now():
             self.arm(run)  # fired early (a clock step): wait for the rest
             return
         await self.control.cancel(run_id, error=deadline_error(run))

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from engine_core.common.durations import Duration, parse_duration
 from engine_core.common.values import check_name, check_run_id, to_stored
 from engine_core.errors import WorkflowNotRegisteredError
 from engine_core.flow.queues import QueueLimits, check_priority, declared
-from engine_core.records import RunRecord, utcnow
+from engine_core.records import RunRecord
 from engine_core.run.keys import CURRENT_SCHEME
 from engine_core.tracing import new_run_traceparent
 
@@ -33,6 +33,7 @@ def new_run(
     run_id: str | None,
     started_by: str,
     queues: Mapping[str, QueueLimits],
+    now: datetime,
     queue: str | None = None,
     key: str | None = None,
     priority: int = 0,
@@ -40,8 +41,8 @@ def new_run(
     delay: Duration | None = None,
     deadline: Duration | None = None,
 ) -> RunRecord:
-    """The run to insert, every argument checked: ``running``, or ``queued`` when it
-    waits for its queue or its delay."""
+    """The run to insert at ``now``, every argument checked: ``running``, or ``queued``
+    when it waits for its queue or its delay."""
     run_id = check_run_id(run_id) if run_id is not None else uuid.uuid4().hex
     limits = declared(queues, queue) if queue is not None else None
     if limits is None and (key is not None or priority != 0):
@@ -51,7 +52,6 @@ def new_run(
     check_priority(priority)
     if dedup_id is not None:
         check_name(dedup_id, "dedup_id")
-    now = utcnow()
     run = RunRecord(
         run_id=run_id,
         workflow=workflow,

@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any
 
 import engine_core.metrics as metrics
+from engine_core.common.clock import Clock, real_seconds
 from engine_core.common.outages import Outages
 from engine_core.common.periodic import Periodic
 from engine_core.common.runtime import EngineConfig, JobSlot, StepFn, WorkflowFn
@@ -23,6 +24,7 @@ from engine_core.fleet.recovery import WorkflowRecovery
 from engine_core.fleet.registry import FleetView, Registry, describe
 from engine_core.fleet.schemas import input_schemas
 from engine_core.fleet.talk_waiters import TalkWaiters
+from engine_core.fleet.time_waits import what_runs_wait_on
 from engine_core.fleet.timers import Timers
 from engine_core.fleet.waiters import RunWaiters
 from engine_core.fleet.worker import Worker
@@ -62,8 +64,10 @@ class Host:
         *,
         pin_versions: bool = False,
         start_run: StartRun | None = None,
+        clock: Clock,
     ) -> None:
         self.store = store
+        self._clock = clock
         self._config = config
         self._mirror = mirror
         self._outages = Outages()
@@ -81,13 +85,14 @@ class Host:
         self._tasks: set[asyncio.Task[Any]] = set()
         #: The wake-ups armed for runs (sleeps, event timeouts, long retry delays) and
         #: for queue jobs; a run's are cancelled when it ends.
-        self._timers = Timers()
+        self._timers = Timers(clock)
         self._pruning: Periodic | None = None
         self.waiters = RunWaiters(
             store,
             local=lambda run_id: self.driver.driving(run_id),
             store_timeout=config.store_timeout,
             outages=self._outages,
+            divergence_ends=config.always_replay,
         )
         #: This process's callers waiting for values and answers.
         self.talk = TalkWaiters(store)
@@ -115,7 +120,9 @@ class Host:
         await self.store.init()
         self._serving = True
         self._input_schemas = input_schemas(self.workflows)  # the code does not change
-        self.registry = Registry(self.store, self._outages, self._instance_id, self.describe)
+        self.registry = Registry(
+            self.store, self._outages, self._instance_id, self.describe, self._clock
+        )
         await self.registry.start()
         self._uncount_slots = metrics.count_slots(self.slots_used)
         self.worker = Worker(self.store, self, self.control)
@@ -135,9 +142,10 @@ class Host:
         self._pruning.start()
         if self._start_run is not None:
             self.scheduler = Scheduler(
-                self.store, self._outages, self.workflow_names, self._start_run
+                self.store, self._outages, self.workflow_names, self._start_run, self._clock
             )
             self.scheduler.start()
+        self._clock.attach(self)
 
     async def shut_down(self) -> None:
         """Stop serving, gracefully: claim and start nothing new, let the steps running
@@ -147,8 +155,8 @@ class Host:
         self._serving = False
         self._closing = True
         self.talk.close()
-        loop = asyncio.get_running_loop()
-        ends = loop.time() + self._config.shutdown_grace
+        self._clock.detach(self)
+        ends = real_seconds() + self._config.shutdown_grace
         if self.recovery is not None:
             await self.recovery.stop()
         if self.admission is not None:
@@ -163,9 +171,9 @@ class Host:
         self._timers.cancel_all()
         try:
             if self.worker is not None:
-                await self.worker.stop(grace=max(0.0, ends - loop.time()))
+                await self.worker.stop(grace=max(0.0, ends - real_seconds()))
             if self._tasks:
-                await asyncio.wait(list(self._tasks), timeout=max(0.0, ends - loop.time()))
+                await asyncio.wait(list(self._tasks), timeout=max(0.0, ends - real_seconds()))
             await abandon(self._tasks, "passes")
         finally:
             self._closing = False
@@ -173,6 +181,33 @@ class Host:
             if self.registry is not None:
                 await self.registry.stop()
                 self.registry = None
+
+    # ---- on a clock that moves by itself (``common.clock.Settling``) ------------------
+
+    def busy(self) -> bool:
+        """Whether this process is working now: a pass, a job, a background task, or a
+        turn of one of its loops (admission, delays and deadlines, schedules, recovery)."""
+        loops = (self.worker, self.admission, self.scheduler, self.recovery)
+        return (
+            bool(self._tasks)
+            or self.driver.busy
+            or self.run_timers.busy
+            or any(part is not None and part.busy for part in loops)
+        )
+
+    async def waits_only_on_time(self) -> bool:
+        """Whether every run this process drives waits only on time (a run owed a pass
+        that nobody took is driven here now, and does not)."""
+        waiting = await what_runs_wait_on(self.store, self._workflows, self._clock.now())
+        for run_id in waiting.owed:
+            self.kick(run_id)
+        return not waiting.owed and not waiting.other
+
+    def time_moved(self) -> None:
+        """The clock jumped: this process's record in the registry is written again (it
+        would read as expired)."""
+        if self.registry is not None:
+            self.registry.refresh_soon()
 
     def slots_used(self) -> int:
         """How many of this process's step slots are taken now."""
@@ -235,6 +270,11 @@ class Host:
     def instance_id(self) -> str:
         """This process's identity as a holder of leases and claims."""
         return self._instance_id
+
+    @property
+    def clock(self) -> Clock:
+        """The engine's clock."""
+        return self._clock
 
     @property
     def mirror(self) -> RunMirror | None:
@@ -368,6 +408,12 @@ class Host:
     def update_answered(self, update: UpdateRecord) -> None:
         """This process answered ``update``: hand the answer to its callers here."""
         self.talk.wake(update.run_id, update)
+
+    def run_stopped(self, run: RunRecord) -> None:
+        """``run`` was suspended here (a pass found it diverged): its waiters are told
+        when a suspension ends their wait (``always_replay``)."""
+        if self.waiters.ends_wait(run):
+            self.waiters.settled(run)
 
     def reentered(self, run: RunRecord) -> None:
         """``run`` was put back to run (a retry, a resume, a fork): arm its deadline and

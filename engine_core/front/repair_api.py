@@ -14,7 +14,7 @@ from engine_core.common.values import check_moment, check_name, check_run_id, to
 from engine_core.errors import InvalidRunIdError
 from engine_core.front.host import Host
 from engine_core.front.starting import announce, check_input
-from engine_core.records import STOPPABLE, RunRecord, utcnow
+from engine_core.records import STOPPABLE, RunRecord
 from engine_core.run.bulk import BulkReport, RunFilter, act_on_many
 from engine_core.run.control import RunControl
 from engine_core.run.fork import UNCHANGED, describe_fork, plan_fork
@@ -94,6 +94,7 @@ class RepairApi:
             input=input,
             started_by=host.instance_id,
             keep_idempotency_keys=keep,
+            now=host.clock.now(),
         )
         existing = await store.fork_run(fork, steps)
         if existing is not None:
@@ -139,7 +140,7 @@ class RepairApi:
         from its failure. Reads the runs a page at a time (bounded memory whatever
         matches). ``dry_run``: count them and list the first ids, changing nothing."""
         # Never the forks this call makes: only runs created before it began.
-        now = utcnow()
+        now = self._host.clock.now()
         before = now if created_before is None else min(created_before, now)
         where = _filter(workflow, status, created_since, before, error_type)
         _check_some(workflow, status, created_since, created_before, error_type)

@@ -4,12 +4,12 @@ record the run, and set it going here when this process can begin it at once."""
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import engine_core.common.lifecycle_log as lifecycle_log
+from engine_core.common.clock import real_seconds
 from engine_core.common.convert import declared_parameter
 from engine_core.common.durations import Duration
 from engine_core.common.values import check_name, check_run_id, to_stored
@@ -46,10 +46,10 @@ async def start_run(
     :class:`StoreUnavailableError` carrying ``run_id``, to start again with safely."""
     run_id = check_run_id(run_id) if run_id is not None else uuid.uuid4().hex
     timeout = host.config.store_timeout
-    ends = time.monotonic() + timeout
+    ends = real_seconds() + timeout
 
     async def call(fn: Callable[[], Awaitable[_T]]) -> _T:
-        left = max(0.001, ends - time.monotonic())
+        left = max(0.001, ends - real_seconds())
         return await host.outages.call(fn, timeout=left, watched=True)
 
     try:
@@ -132,7 +132,7 @@ async def _planned(
         if found is not None:
             queues = {**queues, queue: limits_of(queue, found)}
     run = new_run(workflow, input, run_id=run_id, started_by=host.instance_id, queues=queues,
-                  **flow)  # fmt: skip
+                  now=host.clock.now(), **flow)  # fmt: skip
     run.version = version
     adopt = local and run.status == "running" and host.room_to_adopt() > 0
     if adopt:
@@ -165,7 +165,14 @@ async def record_for_fleet(
 ) -> str:
     """Record a run of ``workflow`` (registered elsewhere, perhaps nowhere yet) for the
     fleet to drive, without checking that any live worker serves it."""
-    run = new_run(workflow, input, run_id=run_id, started_by=host.instance_id, queues=host.queues)
+    run = new_run(
+        workflow,
+        input,
+        run_id=run_id,
+        started_by=host.instance_id,
+        queues=host.queues,
+        now=host.clock.now(),
+    )
     await call(lambda: host.store.insert_run(run))
     return run_id
 

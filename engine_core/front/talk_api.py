@@ -4,18 +4,18 @@ client (an engine that registers no workflow) calls both."""
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
+from engine_core.common.clock import real_seconds
 from engine_core.common.convert import from_json
 from engine_core.common.durations import Duration, parse_duration
 from engine_core.common.values import check_name, check_run_id, to_stored
 from engine_core.errors import RunNotActiveError, RunNotFoundError, UpdateRejectedError
 from engine_core.fleet.talk_waiters import Backoff, Kind, Waiter
 from engine_core.front.host import Host
-from engine_core.records import TERMINAL, UpdateRecord, ValueRecord, utcnow
+from engine_core.records import TERMINAL, UpdateRecord, ValueRecord
 
 _T = TypeVar("_T")
 _Found = TypeVar("_Found")
@@ -106,10 +106,10 @@ class TalkApi:
         update_id = uuid.uuid4().hex if update_id is None else check_name(update_id, "update id")
         stored = to_stored(payload, f"the payload of update {name!r}")
         deadline = _deadline(timeout)
-        now = utcnow()
-        sent = UpdateRecord(
-            run_id, update_id, name, stored, now, seq=f"{time.time_ns():020d}-{update_id}"
-        )
+        now = self._host.clock.now()
+        # Oldest first by the engine's clock (a virtual one in tests), then by id.
+        at_ns = int(now.timestamp() * 1_000_000) * 1000
+        sent = UpdateRecord(run_id, update_id, name, stored, now, seq=f"{at_ns:020d}-{update_id}")
         store = self._host.store
         with self._host.talk.waiting(run_id, "answers") as waiter:
             hinted = await self._host.talk.ready("answers")
@@ -196,7 +196,7 @@ class TalkApi:
 def _deadline(timeout: Duration | None) -> float | None:
     if timeout is None:
         return None
-    return time.monotonic() + parse_duration(timeout, what="timeout")
+    return real_seconds() + parse_duration(timeout, what="timeout")
 
 
 def _not_active(run_id: str, status: str | None, what: str) -> Exception:

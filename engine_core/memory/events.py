@@ -6,12 +6,15 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 
 from engine_core.memory.cloning import clone
-from engine_core.records import EventRecord, Lease, utcnow
+from engine_core.records import EventRecord, Lease
+from engine_core.store import TimeSource
 
 
 class EventLeaseMemory:
     """The event and lease methods of :class:`~engine_core.memory.store.InMemoryStore`."""
 
+    #: The clock its engine reads (see ``InMemoryStore.follow_clock``).
+    clock: TimeSource
     _events: list[EventRecord]
     _leases: dict[str, Lease]
 
@@ -36,7 +39,7 @@ class EventLeaseMemory:
 
     async def acquire_lease(self, key: str, holder: str, ttl: float) -> Lease | None:
         """:meth:`Store.acquire_lease <engine_core.store.Store.acquire_lease>`, in memory."""
-        now = utcnow()
+        now = self.clock.now()
         current = self._leases.get(key)
         if current is not None and current.expires_at > now:
             return None
@@ -51,7 +54,7 @@ class EventLeaseMemory:
 
     async def refresh_lease(self, lease: Lease, ttl: float) -> Lease | None:
         """:meth:`Store.refresh_lease <engine_core.store.Store.refresh_lease>`, in memory."""
-        now = utcnow()
+        now = self.clock.now()
         current = self._leases.get(lease.key)
         if (
             current is None

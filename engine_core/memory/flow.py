@@ -15,13 +15,15 @@ from engine_core.records import (
     RunRecord,
     RunState,
     ScheduleRecord,
-    utcnow,
 )
+from engine_core.store import TimeSource
 
 
 class FlowMemory:
     """The flow-control and schedule methods of :class:`~engine_core.memory.store.InMemoryStore`."""
 
+    #: The clock its engine reads (see ``InMemoryStore.follow_clock``).
+    clock: TimeSource
     _runs: dict[str, RunRecord]
     _queues: dict[str, QueueState]
     _schedules: dict[str, ScheduleRecord]
@@ -101,15 +103,14 @@ class FlowMemory:
         stored.pending_pass = False
         stored.open_pass = True
         stored.lease_holder = holder
-        stored.lease_expires_at = utcnow() + timedelta(seconds=ttl)
+        stored.lease_expires_at = self.clock.now() + timedelta(seconds=ttl)
         stored.changed = []
         return clone(stored)
 
-    @staticmethod
-    def _admit(run: RunRecord) -> None:
+    def _admit(self, run: RunRecord) -> None:
         run.status = "running"
         run.pending_pass = True
-        run.updated_at = utcnow()
+        run.updated_at = self.clock.now()
 
     async def find_delayed_runs(self, before: datetime, limit: int) -> list[RunRecord]:
         """:meth:`Store.find_delayed_runs <engine_core.store.Store.find_delayed_runs>`, in
@@ -169,7 +170,7 @@ class FlowMemory:
         stored.not_before = None
         stored.deadline_at = run.deadline_at
         stored.deadline_s = run.deadline_s
-        stored.updated_at = utcnow()
+        stored.updated_at = self.clock.now()
         return clone(stored)
 
     async def find_deadlines(self, before: datetime, limit: int) -> list[RunRecord]:
@@ -244,7 +245,7 @@ class FlowMemory:
         if found is None or found.next_fire_at != expect:
             return False
         found.next_fire_at = next_fire_at
-        found.updated_at = utcnow()
+        found.updated_at = self.clock.now()
         return True
 
 

@@ -10,7 +10,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from engine_core.memory.cloning import clone
-from engine_core.records import AttemptEntry, StepGuard, StepPage, StepRecord, utcnow
+from engine_core.records import AttemptEntry, StepGuard, StepPage, StepRecord
+from engine_core.store import TimeSource
 
 _STEP_FIELDS = frozenset(f.name for f in fields(StepRecord))
 
@@ -18,6 +19,8 @@ _STEP_FIELDS = frozenset(f.name for f in fields(StepRecord))
 class StepMemory:
     """The step methods of :class:`~engine_core.memory.store.InMemoryStore`."""
 
+    #: The clock its engine reads (see ``InMemoryStore.follow_clock``).
+    clock: TimeSource
     _steps: dict[tuple[str, str], StepRecord]
     # The scheduled steps in scan order, kept until a step changes: a sweep that pages
     # through N parked steps sorts them once, not once a page.
@@ -109,7 +112,7 @@ class StepMemory:
         self, functions: Sequence[str], *, holder: str, claim_ttl: float, limit: int
     ) -> list[StepRecord]:
         """:meth:`Store.claim_steps <engine_core.store.Store.claim_steps>`, in memory."""
-        now = utcnow()
+        now = self.clock.now()
         wanted = set(functions)
         due = sorted(
             (
@@ -145,7 +148,7 @@ class StepMemory:
     async def requeue_lapsed_claims(self) -> int:
         """:meth:`Store.requeue_lapsed_claims
         <engine_core.store.Store.requeue_lapsed_claims>`, in memory."""
-        now = utcnow()
+        now = self.clock.now()
         lapsed = [
             s
             for s in self._steps.values()
@@ -176,7 +179,7 @@ class StepMemory:
             or step.attempts != attempt
         ):
             return False
-        step.claim_expires_at = utcnow() + timedelta(seconds=claim_ttl)
+        step.claim_expires_at = self.clock.now() + timedelta(seconds=claim_ttl)
         return True
 
     async def halt_steps(self, run_id: str, halted: bool) -> None:

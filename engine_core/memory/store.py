@@ -11,6 +11,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from engine_core.common.clock import REAL_CLOCK
 from engine_core.errors import DuplicateRunError
 from engine_core.memory.cloning import clone
 from engine_core.memory.events import EventLeaseMemory
@@ -30,8 +31,8 @@ from engine_core.records import (
     RunState,
     ScheduleRecord,
     StepRecord,
-    utcnow,
 )
+from engine_core.store import TimeSource
 
 
 class InMemoryStore(
@@ -40,6 +41,10 @@ class InMemoryStore(
     """A single-process store that keeps everything in dicts."""
 
     def __init__(self) -> None:
+        #: The clock its engine reads, the real one until an engine hands it another
+        #: (:meth:`follow_clock`): leases, claims, due times and stamps all read it.
+        self.clock: TimeSource = REAL_CLOCK
+        self._clock_set = False
         self._runs: dict[str, RunRecord] = {}
         self._steps: dict[tuple[str, str], StepRecord] = {}
         self._events: list[EventRecord] = []
@@ -60,6 +65,18 @@ class InMemoryStore(
     async def close(self) -> None:
         """:meth:`Store.close <engine_core.store.Store.close>`, in memory."""
         return None
+
+    def follow_clock(self, clock: TimeSource) -> None:
+        """:meth:`Store.follow_clock <engine_core.store.Store.follow_clock>`: read
+        ``clock`` from now on. One store keeps one clock: an engine that hands it another
+        than the one it follows (a ``VirtualClock`` for one engine, the real clock for
+        the next) gets a ``ValueError``."""
+        if self._clock_set and clock is not self.clock:
+            raise ValueError(
+                f"this InMemoryStore follows {self.clock!r} already, handed to it by another "
+                f"Engine: give every Engine on one store the same clock= (not {clock!r})"
+            )
+        self.clock, self._clock_set = clock, True
 
     # ---- runs -------------------------------------------------------------------
 
@@ -111,7 +128,7 @@ class InMemoryStore(
         run = self._runs.get(run_id)
         if run is None or (workflows is not None and run.workflow not in workflows):
             return None
-        now = utcnow()
+        now = self.clock.now()
         if held is None:
             if run.lease_expires_at is not None and run.lease_expires_at > now:
                 return None
@@ -133,7 +150,7 @@ class InMemoryStore(
         run = self._runs.get(run_id)
         if run is None or run.token != token or run.lease_expires_at is None:
             return False
-        run.lease_expires_at = utcnow() + timedelta(seconds=ttl)
+        run.lease_expires_at = self.clock.now() + timedelta(seconds=ttl)
         return True
 
     async def release_pass(self, run_id: str, *, token: int) -> None:
@@ -148,9 +165,12 @@ class InMemoryStore(
             return None
         return run
 
-    @staticmethod
     def _journal(
-        run: RunRecord, done: Iterable[str], outcomes: Sequence[StepRecord], forget: Iterable[str]
+        self,
+        run: RunRecord,
+        done: Iterable[str],
+        outcomes: Sequence[StepRecord],
+        forget: Iterable[str],
     ) -> None:
         for finished in done:
             run.inflight.pop(finished, None)
@@ -158,7 +178,7 @@ class InMemoryStore(
             run.journal.pop(key, None)
         for outcome in outcomes:
             run.journal[outcome.key] = clone(outcome)
-        run.updated_at = utcnow()
+        run.updated_at = self.clock.now()
 
     async def start_step(
         self,
@@ -266,7 +286,7 @@ class InMemoryStore(
             run.error = clone(error)
         if request_pass:
             run.pending_pass = True
-        run.updated_at = utcnow()
+        run.updated_at = self.clock.now()
         return clone(run)
 
     async def fork_run(self, run: RunRecord, steps: Sequence[StepRecord]) -> RunRecord | None:

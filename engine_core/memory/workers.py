@@ -5,12 +5,15 @@ from __future__ import annotations
 from dataclasses import replace
 
 from engine_core.memory.cloning import clone
-from engine_core.records import Worker, utcnow
+from engine_core.records import Worker
+from engine_core.store import TimeSource
 
 
 class WorkerMemory:
     """``put_worker``, ``delete_worker``, ``list_workers`` over a dict."""
 
+    #: The clock its engine reads (see ``InMemoryStore.follow_clock``).
+    clock: TimeSource
     _workers: dict[str, Worker]
 
     def _worker_table(self) -> dict[str, Worker]:
@@ -28,7 +31,7 @@ class WorkerMemory:
 
     async def list_workers(self) -> list[Worker]:
         """:meth:`Store.list_workers <engine_core.store.Store.list_workers>`, in memory."""
-        now = utcnow()
+        now = self.clock.now()
         live = [_copy(w) for w in self._worker_table().values() if w.expires_at > now]
         return sorted(live, key=lambda w: (w.started_at, w.instance_id))
 

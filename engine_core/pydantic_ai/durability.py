@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, cast
 from weakref import WeakKeyDictionary
 
@@ -52,13 +52,14 @@ from pydantic_ai.run import AgentRunResult
 from pydantic_ai.tool_manager import ToolManager
 from pydantic_ai.tools import AgentDepsT, RunContext, ToolDefinition
 
+from engine_core.common.clock import Clock
 from engine_core.common.values import check_retries
 from engine_core.errors import InvalidOptionError, NotSerializableError
 from engine_core.pydantic_ai.events import AgentEvents, agent_events, run_events
 from engine_core.pydantic_ai.units import StepBackend, step_options, tool_call_scope
 from engine_core.run.body_hooks import current_workflow_context, holding_outcomes
 from engine_core.run.branches import adopting_tasks, branch_path
-from engine_core.run.context import WorkflowContext
+from engine_core.run.context import WorkflowContext, clock_of
 
 #: How long a finished unit's outcome waits for the next unit's write to carry it:
 #: pydantic-ai yields to the loop between an agent's units (its graph runs each node in
@@ -86,8 +87,8 @@ def _retries(value: object, option: str) -> int:
         ) from None
 
 
-async def _now() -> datetime:
-    return datetime.now(UTC)
+async def _now(clock: Clock) -> datetime:
+    return clock.now()
 
 
 @dataclass(init=False, kw_only=True)
@@ -177,7 +178,7 @@ class PikkuDurability(BaseDurabilityCapability[AgentDepsT]):
         if ctx is None:
             return None
         # A step, so a replayed run counts its ``timeout=`` from when it first started.
-        return await ctx.step(f"{self.name}__run_start_time", _now)
+        return await ctx.step(f"{self.name}__run_start_time", _now, clock_of(ctx))
 
     # ---- the run, its tool calls and its events -----------------------------------
 

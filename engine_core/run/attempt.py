@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import time
 import traceback
 from collections.abc import Callable
 from typing import Any, cast
 
 import engine_core.metrics as metrics
+from engine_core.common.clock import real_seconds
 from engine_core.common.values import to_stored
 from engine_core.errors import StepFailedError
 from engine_core.run.step_info import StepHooks, StepInfo, enter_step, leave_step
@@ -117,7 +117,7 @@ async def _measured(
         outcome = "succeeded"
         return result
     finally:
-        metrics.attempt_ended(kind, outcome, time.perf_counter() - metered.began)
+        metrics.attempt_ended(kind, outcome, real_seconds() - metered.began)
 
 
 class _MeteredSlots:
@@ -125,11 +125,11 @@ class _MeteredSlots:
 
     def __init__(self, slots: asyncio.Semaphore) -> None:
         self._slots = slots
-        self.began = time.perf_counter()
+        self.began = real_seconds()
 
     async def __aenter__(self) -> None:
         await self._slots.acquire()
-        self.began = time.perf_counter()
+        self.began = real_seconds()
 
     async def __aexit__(self, *exc: object) -> None:
         self._slots.release()

@@ -13,6 +13,7 @@ from typing import (
     overload,
 )
 
+from engine_core.common.clock import Clock
 from engine_core.common.convert import declared_return
 from engine_core.common.durations import Duration
 from engine_core.common.values import check_name
@@ -30,6 +31,9 @@ class StepRunner(Protocol):
 
     @property
     def workflow(self) -> str: ...
+
+    #: The engine's clock.
+    clock: Clock
 
     async def inline_step(
         self,
@@ -470,3 +474,9 @@ def mark_registered(fn: Callable[..., Any], kind: str, name: str) -> None:
     except AttributeError:
         return  # no attributes (a builtin): only its name will do
     names.setdefault(kind, name)
+
+
+def clock_of(ctx: WorkflowContext) -> Clock:
+    """The clock of the engine replaying ``ctx``'s body (for engine_core's own code that
+    records the time in a body, as a step)."""
+    return ctx._pass.clock

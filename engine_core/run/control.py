@@ -9,10 +9,9 @@ pass.
 from __future__ import annotations
 
 import logging
-import time
 import uuid
 from dataclasses import replace
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import engine_core.common.lifecycle_log as lifecycle_log
@@ -27,7 +26,6 @@ from engine_core.records import (
     RunRecord,
     RunState,
     StepRecord,
-    utcnow,
 )
 from engine_core.run.keys import CURRENT_SCHEME
 from engine_core.run.reentry import check_dedup_free, reenter
@@ -35,6 +33,9 @@ from engine_core.run.transitions import child_ended, retried, told, write
 from engine_core.store import Store
 
 log = logging.getLogger("engine_core")
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_ONE_US = timedelta(microseconds=1)
 
 
 def cancelled_error(run_id: str) -> dict[str, Any]:
@@ -67,13 +68,15 @@ class RunControl:
                 run_id=run_id,
                 status=run.status,
             )
+        now = self.runtime.clock.now()
         event = EventRecord(
-            # Ordered by sending time first, so waits consume events oldest first.
-            event_id=f"{time.time_ns():020d}-{uuid.uuid4().hex[:12]}",
+            # Ordered by sending time first (in nanoseconds, to the microsecond), so
+            # waits consume events oldest first.
+            event_id=f"{(now - _EPOCH) // _ONE_US * 1000:020d}-{uuid.uuid4().hex[:12]}",
             run_id=run.run_id,
             name=name,
             payload=to_stored(payload, f"payload of event {name!r}"),
-            created_at=utcnow(),
+            created_at=now,
         )
         await self.store.insert_event(event)
         await self.trigger(run_id)
@@ -186,7 +189,8 @@ class RunControl:
                 # A dispatched step of a run waiting for admission stays halted: the
                 # run's first pass after admission puts it back in reach of workers.
                 halt = run.queue is not None
-                await write(self.store, run_id, failed_step, retried(step, halted=halt))
+                again = retried(step, halted=halt, now=self.runtime.clock.now())
+                await write(self.store, run_id, failed_step, again)
         await reenter(self.store, self.runtime, run, expect=("failed",), forget=list(run.journal))
 
     async def unhalt(self, run_id: str) -> None:
@@ -211,8 +215,10 @@ class RunControl:
         ended = replace(run, status=status, output=output, error=error, inflight={}, journal={})
         await mirror_run(self.runtime.mirror, ended)
         if status in TERMINAL:
-            lifecycle_log.run_ended(run, status, error)
+            lifecycle_log.run_ended(run, status, error, self.runtime.clock.now)
             self.runtime.run_settled(ended)
+        elif status == "suspended":
+            self.runtime.run_stopped(ended)
         if run.parent_run_id is None or run.parent_step is None or status not in TERMINAL:
             return
         await self.settle_parent_step(
@@ -230,9 +236,8 @@ class RunControl:
     ) -> StepRecord | None:
         """Settle the parent's child step with how the child ended, and tell the parent.
         Returns the step as stored afterwards."""
-        landed = await write(
-            self.store, parent_id, parent_step, child_ended(child_id, status, output, error)
-        )
+        ended = child_ended(child_id, status, output, error, now=self.runtime.clock.now())
+        landed = await write(self.store, parent_id, parent_step, ended)
         if landed:
             await self.notify_run(parent_id, parent_step)
         settled = await self.store.get_step(parent_id, parent_step)
@@ -246,7 +251,7 @@ class RunControl:
         self, parent: RunRecord, key: str, child_id: str, workflow: str, input: Any
     ) -> None:
         """Start the child run ``child_id`` of ``parent`` (its step ``key``), idempotently."""
-        now = utcnow()
+        now = self.runtime.clock.now()
         child = RunRecord(
             run_id=child_id,
             workflow=workflow,

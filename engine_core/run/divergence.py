@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from types import FunctionType
 from typing import Any, NoReturn
 
+from engine_core.common.clock import real_seconds
 from engine_core.errors import NonDeterminismError
 from engine_core.records import StepRecord
 from engine_core.run.branch_order import BranchOrder, BranchView
@@ -427,11 +428,10 @@ class ReplayChecks:
 
     async def _wait_for_branches(self, still: Callable[[], bool]) -> None:
         """Yield to the loop while other branches of the body still reach steps."""
-        loop = asyncio.get_running_loop()
-        began = last = loop.time()
+        began = last = real_seconds()
         turns = 0
         while still():
-            now = loop.time()
+            now = real_seconds()
             if now - last > _IDLE_S or now - began > _MAX_S:
                 return
             before = self._count
@@ -440,7 +440,7 @@ class ReplayChecks:
             if self.mismatch is not None:
                 raise Diverged(self.mismatch)
             if self._count != before:
-                last, turns = loop.time(), 0
+                last, turns = real_seconds(), 0
 
     def _diverge(self, missed: str, found: str, key: str, how: str) -> NoReturn:
         step = self._steps[missed]

@@ -59,6 +59,11 @@ class Driver:
         return run_id in self._driving
 
     @property
+    def busy(self) -> bool:
+        """Whether this process drives a run now (or is about to)."""
+        return bool(self._driving)
+
+    @property
     def backlog(self) -> int:
         """Drives in this process that are running or waiting for a pass slot."""
         return self._queued
@@ -129,7 +134,8 @@ class Driver:
                     return False
                 first = run
                 if run.passes == 1:
-                    metrics.first_pass(run.workflow, run.queue, run.not_before or run.created_at)
+                    since = run.not_before or run.created_at
+                    metrics.first_pass(run.workflow, run.queue, since, self.runtime.clock.now)
                 if not self.runtime.take_queue_slot(first):
                     # Its queue's runs fill this process's share: the fleet may take it.
                     await self.store.request_pass(run_id)
@@ -216,6 +222,8 @@ class Driver:
             async with KeepAlive(renew, ttl, f"the lease of run {run_id!r}", extra):
                 run_pass = RunPass(self.store, self.runtime, self.control, run, steps, unwritten)
                 end = await run_pass.execute()
+            if run_pass.again:  # ``always_replay``: the next pass replays the body
+                self._again.add(run_id)
             if end == "unavailable":
                 self._unwritten[run_id] = (token, run_pass.unwritten())
             if end == "parked":

@@ -34,7 +34,7 @@ from engine_core.common.journal import merged_steps
 from engine_core.common.status import ForkPlan
 from engine_core.common.values import idempotency_key
 from engine_core.errors import StepNotFoundError
-from engine_core.records import RunRecord, StepRecord, utcnow
+from engine_core.records import RunRecord, StepRecord
 from engine_core.run.keys import compensation_key
 from engine_core.run.reentry import deadline_seconds
 from engine_core.tracing import new_run_traceparent
@@ -168,11 +168,11 @@ def fork_record(
     input: Any,
     started_by: str,
     keep_idempotency_keys: bool,
+    now: datetime,
 ) -> RunRecord:
     """The fork's run, to insert: the original's workflow, version, queue (its key,
     priority and dedup id) and key scheme; a fresh deadline window of the same length;
     ``running`` and owed a pass, or ``queued`` in its queue's line."""
-    now = utcnow()
     window = deadline_seconds(run)
     wire: dict[str, Any] = {"traceparent": new_run_traceparent(), "started_by": started_by}
     if keep_idempotency_keys:
@@ -207,9 +207,11 @@ def plan_fork(
     fork_id: str | None,
     input: Any,
     started_by: str,
+    now: datetime,
     keep_idempotency_keys: bool = False,
 ) -> tuple[RunRecord, list[StepRecord]]:
-    """The fork of ``run`` (whose step records are ``stored``) and its copied steps."""
+    """The fork of ``run`` (whose step records are ``stored``) and its copied steps, made
+    at ``now``."""
     steps = fork_points(run, stored)
     from_key = choose_from_step(run, steps, from_step)
     fork = fork_record(
@@ -219,6 +221,7 @@ def plan_fork(
         input=input,
         started_by=started_by,
         keep_idempotency_keys=keep_idempotency_keys,
+        now=now,
     )
     return fork, copied_steps(steps, from_key, fork.run_id)
 

@@ -2,7 +2,8 @@
 
 A step found in flight by the pass that holds the run was left by a pass that died
 mid-step: it is counted as a failed attempt before the next one runs. Short retry
-delays are waited out in memory; longer ones re-arm the step durably and park.
+delays are waited out in memory; longer ones re-arm the step durably and park (so do
+short ones on a virtual clock, which moves only while no pass runs).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from engine_core.common.durations import (
 from engine_core.common.lifecycle_log import fields
 from engine_core.common.values import check_retries
 from engine_core.errors import NotSerializableError, RecordTooLargeError, StepFailedError
-from engine_core.records import StepKind, StepRecord, utcnow
+from engine_core.records import StepKind, StepRecord
 from engine_core.run.attempt import error_info, run_attempt
 from engine_core.run.divergence import callable_name
 from engine_core.run.fork import step_idempotency_key
@@ -150,6 +151,7 @@ async def _take_back_lost(p: PassState, spec: InlineSpec) -> int:
         spec.max_attempts,
         started_at=lost.started_at,
         extra=spec.extra(),
+        now=p.clock.now(),
     )
     recorded = p.record(key, transition)
     if exhausted:
@@ -186,7 +188,7 @@ async def _first_attempt(p: PassState, spec: InlineSpec, step: StepRecord | None
     if lost is not None and lost.attempt > prior:
         prior = await _take_back_lost(p, spec)
     elif step is not None and step.status == "scheduled" and step.due_at is not None:
-        if step.due_at > utcnow():  # a retry waiting out a long delay
+        if step.due_at > p.clock.now():  # a retry waiting out a long delay
             p.arm_timer(step.due_at)
             raise Parked()
     return prior + 1
@@ -211,7 +213,7 @@ async def _attempt(p: PassState, spec: InlineSpec, attempt: int, *, threaded: bo
         info,
         spec.call,
         threaded=threaded,
-        hooks=AttemptStreams(p.store),
+        hooks=AttemptStreams(p.store, p.clock),
         slots=p.runtime.slots,
         timeout=spec.timeout,
         traceparent=p.traceparent,
@@ -230,26 +232,35 @@ async def _failed(
     attempts (or its result can never be stored)."""
     error = error_info(exc)
     key, kind, extra = spec.key, spec.kind, spec.extra()
+    clock = p.clock
     if attempt >= spec.max_attempts or isinstance(exc, NotSerializableError):
-        p.record(
-            key,
-            attempt_ended(kind, attempt, "failed", started_at=started, error=error, extra=extra),
+        ended = attempt_ended(
+            kind, attempt, "failed", started_at=started, error=error, extra=extra, now=clock.now()
         )
+        p.record(key, ended)
         raise StepFailedError(key, attempt, type(exc).__name__, error["message"]) from exc
     wait = retry_delay_seconds(spec.delay, attempt, random.random())
     lifecycle_log.attempt_will_retry(
         p.run_id, p.workflow, key, p.traceparent, attempt, spec.max_attempts, error, wait
     )
-    if wait <= INLINE_RETRY_LIMIT_S:
-        p.record(
-            key,
-            attempt_ended(kind, attempt, "pending", started_at=started, error=error, extra=extra),
+    if wait <= INLINE_RETRY_LIMIT_S and not clock.virtual:
+        pending = attempt_ended(
+            kind, attempt, "pending", started_at=started, error=error, extra=extra, now=clock.now()
         )
-        await asyncio.sleep(wait)
+        p.record(key, pending)
+        await asyncio.sleep(wait)  # the real clock's seconds
         return
-    due = utcnow() + timedelta(seconds=wait)
+    now = clock.now()
+    due = now + timedelta(seconds=wait)
     outcome = attempt_ended(
-        kind, attempt, "scheduled", started_at=started, error=error, due_at=due, extra=extra
+        kind,
+        attempt,
+        "scheduled",
+        started_at=started,
+        error=error,
+        due_at=due,
+        extra=extra,
+        now=now,
     )
     p.record(key, outcome)
     p.arm_timer(due)
@@ -264,14 +275,20 @@ async def _succeeded(
     same result would be refused again)."""
     key, kind, extra = spec.key, spec.kind, spec.extra()
     outcome = attempt_ended(
-        kind, attempt, "succeeded", started_at=started, result=stored, extra=extra
+        kind,
+        attempt,
+        "succeeded",
+        started_at=started,
+        result=stored,
+        extra=extra,
+        now=p.clock.now(),
     )
     try:
         await p.record_stored(key, outcome)
     except RecordTooLargeError as exc:
         error = error_info(exc)
         refused = attempt_ended(
-            kind, attempt, "failed", started_at=started, error=error, extra=extra
+            kind, attempt, "failed", started_at=started, error=error, extra=extra, now=p.clock.now()
         )
         p.record(key, refused)
         raise StepFailedError(key, attempt, type(exc).__name__, error["message"]) from exc

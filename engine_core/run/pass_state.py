@@ -1,9 +1,7 @@
 """What one pass knows and does at every step boundary, whatever the kind of step.
 
-A pass replays the workflow body from the top. This module holds its state (the run as
-the pass began, the steps as recorded, what the pass started) and the operations every
-kind of step shares: naming the step, starting an attempt (the run's token and status
-fence it), recording an outcome, and parking the pass.
+A pass replays the workflow body from the top. This module holds its state and the
+operations every kind of step shares: naming, starting an attempt, recording, parking.
 
 One write per step: an outcome is not written on its own. It rides on the write that
 starts the next step (or parks or ends the pass), into the run's journal
@@ -13,16 +11,12 @@ between two steps is deterministic, so the outcome only has to be durable by the
 outcome that would wait longer (the body awaits something else first) goes in a write
 of its own as soon as the body yields.
 
-No outcome is ever dropped. The journal holds at most ``journal_room`` characters: the
-outcomes a write would take it past (many steps ending at once) go to their step
-records first, so no write comes near the store's limits; an outcome too large for the
-journal is written to its step record before the body sees it, and one the store
-refuses fails its step (:class:`~engine_core.errors.RecordTooLargeError`). A write
-that fails gives back the outcomes it was to carry: the pass's next write carries them
-again. One made in the background (nobody awaits it) is logged, and no other is made in
-the background until then: the next step boundary's write, which the pass awaits,
-carries them, so a failure there ends the step (or the pass), and the run is never
-settled as if they had landed.
+No outcome is ever dropped. The journal holds at most ``journal_room`` characters (the
+outcomes a write would take past it go to their step records first); an outcome too
+large for the journal is written to its step record before the body sees it, and one the
+store refuses fails its step (:class:`~engine_core.errors.RecordTooLargeError`). A write
+that fails gives back its outcomes for the next write, which the pass awaits: the run is
+never settled as if they had landed.
 """
 
 from __future__ import annotations
@@ -42,7 +36,7 @@ from engine_core.common.journal import (
 from engine_core.common.runtime import Runtime
 from engine_core.common.values import check_name, stored_size
 from engine_core.mirror import mirror_step
-from engine_core.records import RunRecord, RunState, StepRecord, utcnow
+from engine_core.records import RunRecord, RunState, StepRecord
 from engine_core.run.body_hooks import OUTCOME_HOLD
 from engine_core.run.branches import Ambiguous, StepNames
 from engine_core.run.control import RunControl
@@ -82,6 +76,8 @@ class PassState:
     ) -> None:
         self.store = store
         self.runtime = runtime
+        #: The engine's clock (``runtime.clock``), read at every step boundary.
+        self.clock = runtime.clock
         self.control = control
         self.run = run
         self.steps = merged(run, steps)
@@ -109,6 +105,8 @@ class PassState:
         self._idle.set()
         #: The wake-ups this pass armed for the run (a parked pass's are all it needs).
         self.armed: set[datetime] = set()
+        #: ``always_replay`` (``RunPass``): outcomes taken; ``again``: next pass replays.
+        self.recorded, self.again = 0, False
         self._init_writes(store, run, unwritten)
 
     def _init_writes(self, store: Store, run: RunRecord, unwritten: Sequence[StepRecord]) -> None:
@@ -195,7 +193,7 @@ class PassState:
         self.names.refuse_late()  # a branch that outlived the body starts nothing
         carry = await self._take()
         order, group = self.checks.placing(key)
-        started = utcnow()
+        started = self.clock.now()
         try:
             ok = await self.store.start_step(
                 self.run.run_id,
@@ -233,6 +231,7 @@ class PassState:
         if outcome_size(record) <= LARGE_OUTCOME:
             self._keep(record)
             return record
+        self.recorded += 1
         if self._fenced:
             raise Stopped()
         await self.store.save_steps([record])
@@ -263,6 +262,7 @@ class PassState:
 
     def _keep(self, record: StepRecord) -> None:
         """Hold ``record`` for the next write."""
+        self.recorded += 1
         key = record.key
         self.steps[key] = record
         self._pending[key] = record
@@ -284,6 +284,7 @@ class PassState:
         and ``handed`` to this pass instead of telling the run): take its record."""
         self.steps[step.key] = step
         self._done.add(step.key)
+        self.recorded += 1
         if handed:
             self.handed.append(step.key)
 

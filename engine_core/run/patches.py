@@ -11,7 +11,7 @@ records nothing. ``ctx.deprecate_patch(id)`` records nothing and accepts both.
 from __future__ import annotations
 
 from engine_core.common.values import check_name
-from engine_core.records import PATCH_PREFIX, StepRecord, utcnow
+from engine_core.records import PATCH_PREFIX, StepRecord
 from engine_core.run.pass_state import PassState
 from engine_core.run.transitions import Transition
 
@@ -44,7 +44,7 @@ async def patched(p: PassState, patch_id: object) -> bool:
     elif p.replay_only or await p.checks.behind():
         answer = False
     else:
-        now = utcnow()
+        now = p.clock.now()
         changes = {
             "kind": "patch",
             "status": "succeeded",

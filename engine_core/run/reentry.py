@@ -26,7 +26,7 @@ from datetime import datetime, timedelta
 from engine_core.common.runtime import Runtime
 from engine_core.errors import DuplicateRunError
 from engine_core.mirror import mirror_run
-from engine_core.records import RunRecord, RunState, utcnow
+from engine_core.records import RunRecord, RunState
 from engine_core.store import Store
 
 
@@ -85,7 +85,8 @@ async def reenter(
     or the run driven). Returns the run as stored after, or None when it was no longer
     in one of ``expect``; raises :class:`~engine_core.DuplicateRunError` (writing
     nothing) when another live run holds its dedup id."""
-    updated = await store.reenter_run(reentering(run, utcnow()), expect=expect, forget=forget)
+    now = runtime.clock.now()
+    updated = await store.reenter_run(reentering(run, now), expect=expect, forget=forget)
     if updated is not None:
         await mirror_run(runtime.mirror, updated)
         runtime.reentered(updated)

@@ -15,6 +15,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from contextlib import aclosing
 from typing import Any, Literal
 
+from engine_core.common.clock import Clock
 from engine_core.common.convert import declared_parameter
 from engine_core.common.durations import Duration
 from engine_core.common.journal import merged
@@ -51,9 +52,10 @@ class _EndOfRecord(BaseException):
 class DryReplay:
     """A :class:`~engine_core.run.context.StepRunner` that only reads the records."""
 
-    def __init__(self, run: RunRecord, steps: dict[str, StepRecord]) -> None:
+    def __init__(self, run: RunRecord, steps: dict[str, StepRecord], clock: Clock) -> None:
         self.run = run
         self.steps = steps
+        self.clock = clock
         self.names = StepNames(run.key_scheme)
         self.checks = ReplayChecks(
             steps, enabled=run.status != "compensating", branches=self.names.by_branch()
@@ -193,9 +195,10 @@ async def replay_check(
     run_ids: Sequence[str] | None,
     limit: int,
     include_ended: bool,
+    clock: Clock,
 ) -> ReplayReport:
     """Replay up to ``limit`` stored runs of ``workflows`` (or the runs ``run_ids``)
-    against the registered bodies; reads only."""
+    against the registered bodies (on the engine's ``clock``); reads only."""
     report = ReplayReport(checked=0, diverged=[])
     # Replays in flight, oldest first: one that waits for branches of its body to catch
     # up (an apparent swap gives them a moment) waits beside the others and beside the
@@ -208,7 +211,7 @@ async def replay_check(
                 for run in batch:
                     if (body := bodies(run.workflow)) is None:
                         continue
-                    replay = DryReplay(run, merged(run, loaded.get(run.run_id, [])))
+                    replay = DryReplay(run, merged(run, loaded.get(run.run_id, [])), clock)
                     flight.append(asyncio.ensure_future(replay.check(body)))
                     if len(flight) >= _WINDOW:
                         _count(report, await flight.popleft())

@@ -22,7 +22,7 @@ from engine_core.common.durations import Duration
 from engine_core.common.outages import StoreDown
 from engine_core.common.values import check_fits, check_name, to_stored
 from engine_core.errors import NotSerializableError, StepFailedError, StoreUnavailableError
-from engine_core.records import RunState, StepRecord, utcnow
+from engine_core.records import RunState, StepRecord
 from engine_core.run.attempt import error_info
 from engine_core.run.body_hooks import running_body
 from engine_core.run.branches import Ambiguous
@@ -210,7 +210,8 @@ class RunPass(PassState):
             for s in self.steps.values()
             if s.compensable and s.status == "succeeded" and s.key in self.compensations
         ]
-        done.sort(key=lambda s: (s.ended_at or s.updated_at or utcnow(), s.key))
+        now = self.clock.now()
+        done.sort(key=lambda s: (s.ended_at or s.updated_at or now, s.key))
         return done
 
     async def _compensate(self, error: dict[str, Any] | None) -> PassEnd:
@@ -336,7 +337,10 @@ class RunPass(PassState):
         with its write (the same turn of the group commit); the pass's end waits for
         them."""
         sending = [w.kick() for w in (self._streams, self.values) if w is not None]
-        result = await call(*args, **kwargs)
+        if self.runtime.config.always_replay:
+            result = await self._ending_pass(call, *args, **kwargs)
+        else:
+            result = await call(*args, **kwargs)
         for each in sending:
             if each is not None and each.done():
                 await each  # a failed write surfaces here (waiting would yield: see _keep)
@@ -354,7 +358,7 @@ class RunPass(PassState):
         if self.values is None:
             landed = self.runtime.value_written
             self.values = BodyValues(
-                self.store, self.run_id, first_pass=self.run.passes <= 1, landed=landed
+                self.store, self.run_id, self.clock, first_pass=self.run.passes <= 1, landed=landed
             )
         await self.values.set(key, value, branch=branch, position=position)
 
@@ -379,17 +383,42 @@ class RunPass(PassState):
     async def _answer(self, key: str, update_id: str, answer: dict[str, Any]) -> None:
         if self.values is not None:
             await self.values.landed()
-        now = utcnow()
+        now = self.clock.now()
         stored = await self.store.answer_update(self.run_id, update_id, answer, answered_at=now)
         kept = stored.answer if stored is not None and stored.answer is not None else answer
-        self.record(key, woken("reply", update_id, kept))
+        self.record(key, woken("reply", update_id, kept, now=now))
         if stored is not None:
             self.runtime.update_answered(stored)
+
+    async def _ending_pass(
+        self, call: Callable[..., Coroutine[Any, Any, _T]], *args: Any, **kwargs: Any
+    ) -> _T:
+        """``always_replay``: ``call``, then, if it recorded an outcome (the step ran, a
+        wait ended, a job's result came), end the pass there, before the body sees it:
+        the next pass replays the body from the top and takes the outcome from the
+        record, so a body that does not reach the same steps in the same order diverges
+        in its tests (``NonDeterminismError``) and not after a crash in production."""
+        before = self.recorded
+        try:
+            result = await call(*args, **kwargs)
+        except StepFailedError:
+            if self.recorded != before:
+                await self._replay_next()
+            raise
+        if self.recorded != before:
+            await self._replay_next()
+        return result
+
+    async def _replay_next(self) -> None:
+        self.again = True
+        await self.park()
 
     async def write_stream(self, key: str, value: Any, *, closed: bool = False) -> None:
         """``ctx.write_stream``: durable with the body's next write."""
         if self._streams is None:
-            self._streams = BodyStreams(self.store, self.run_id, first_pass=self.run.passes <= 1)
+            self._streams = BodyStreams(
+                self.store, self.run_id, self.clock, first_pass=self.run.passes <= 1
+            )
         await self._streams.write(key, value, closed=closed)
 
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import AsyncIterator
 
+from engine_core.common.clock import real_seconds
 from engine_core.common.durations import Duration, parse_duration
 from engine_core.common.values import check_name, check_run_id
 from engine_core.errors import InvalidOptionError, RunNotFoundError
@@ -40,7 +40,7 @@ async def read_stream(
     if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
         raise InvalidOptionError(f"offset must be a non-negative integer, not {offset!r}")
     limit = None if timeout is None else parse_duration(timeout, what="timeout")
-    deadline = None if limit is None else time.monotonic() + limit
+    deadline = None if limit is None else real_seconds() + limit
     if await store.get_run(run_id) is None:
         raise RunNotFoundError(f"no run has id {run_id!r}")
     woken = asyncio.Event()
@@ -98,7 +98,7 @@ async def _wait(
     live = listener is not None and not listener.done()
     wait = CHECK_S if live else delay
     if deadline is not None:
-        left = deadline - time.monotonic()
+        left = deadline - real_seconds()
         if left <= 0:
             raise TimeoutError(f"stream {key!r} of run {run_id!r} has not ended in time")
         wait = min(wait, left)

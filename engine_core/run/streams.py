@@ -7,9 +7,9 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from engine_core.common.clock import Clock
 from engine_core.common.values import check_name, to_stored
 from engine_core.errors import StreamClosedError, StreamConflictError
-from engine_core.records import utcnow
 from engine_core.run.step_info import StepInfo
 from engine_core.store import Store
 from engine_core.streams import StreamEntry, check_entry
@@ -31,9 +31,10 @@ class BodyStreams:
     stream in a later pass, the pass reads how far earlier passes wrote it.
     """
 
-    def __init__(self, store: Store, run_id: str, *, first_pass: bool) -> None:
+    def __init__(self, store: Store, run_id: str, clock: Clock, *, first_pass: bool) -> None:
         self._store = store
         self._run_id = run_id
+        self._clock = clock
         # On a run's first pass nothing was written before: no length to read.
         self._first_pass = first_pass
         self._counts: dict[str, int] = {}
@@ -57,7 +58,7 @@ class BodyStreams:
         if closed:
             self._closed.add(key)
         self._pending.append(
-            StreamEntry(self._run_id, key, position, stored, utcnow(), closed=closed)
+            StreamEntry(self._run_id, key, position, stored, self._clock.now(), closed=closed)
         )
         if len(self._pending) >= FLUSH_AT:
             await self.flush()
@@ -132,8 +133,11 @@ class AttemptStreams:
     at the next free position, tagged with the attempt and a count from 0 per stream,
     and heartbeats (``renew``: the dispatched step's claim, renewed by each beat)."""
 
-    def __init__(self, store: Store, renew: Callable[[], Awaitable[bool]] | None = None) -> None:
+    def __init__(
+        self, store: Store, clock: Clock, renew: Callable[[], Awaitable[bool]] | None = None
+    ) -> None:
         self._store = store
+        self._clock = clock
         self._renew = renew
         self._counts: dict[str, int] = {}
         self._next: dict[str, int] = {}
@@ -154,7 +158,7 @@ class AttemptStreams:
                 key,
                 position,
                 stored,
-                utcnow(),
+                self._clock.now(),
                 step=info.step,
                 attempt=info.attempt,
                 n=n,

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from engine_core.records import AttemptEntry, StepGuard, StepKind, StepRecord, StepState, utcnow
+from engine_core.records import AttemptEntry, StepGuard, StepKind, StepRecord, StepState
 from engine_core.store import Store
 
 #: How an attempt can end.
@@ -81,10 +81,10 @@ def attempt_ended(
     error: dict[str, Any] | None = None,
     due_at: datetime | None = None,
     extra: dict[str, Any] | None = None,
+    now: datetime,
 ) -> Transition:
-    """An inline attempt's outcome, recorded by the pass that holds the run (the pass's
-    token fences it; see ``PassState.record``)."""
-    now = utcnow()
+    """An inline attempt's outcome at ``now``, recorded by the pass that holds the run
+    (the pass's token fences it; see ``PassState.record``)."""
     changes: dict[str, Any] = {
         "kind": kind,
         "status": status,
@@ -129,21 +129,23 @@ def attempt_lost(
     *,
     started_at: datetime,
     extra: dict[str, Any] | None = None,
+    now: datetime,
 ) -> Transition:
     """An inline attempt whose pass died mid-step, found by the pass that holds the run
     now: counted, so a step that kills its process every time runs out of attempts."""
     error = {"type": "WorkerLost", "message": lost_message(key, attempt, max_attempts)}
     status: Outcome = "failed" if attempt >= max_attempts else "pending"
-    return attempt_ended(kind, attempt, status, started_at=started_at, error=error, extra=extra)
+    return attempt_ended(
+        kind, attempt, status, started_at=started_at, error=error, extra=extra, now=now
+    )
 
 
 # ---- steps settled by what they waited for ------------------------------------------
 
 
-def woken(kind: StepKind, event: str | None, result: Any) -> Transition:
-    """A scheduled step settles with ``result``: a sleep fell due, an event came, or a
-    wait timed out (result None). Recorded by the pass that holds the run."""
-    now = utcnow()
+def woken(kind: StepKind, event: str | None, result: Any, *, now: datetime) -> Transition:
+    """A scheduled step settles with ``result`` at ``now``: a sleep fell due, an event
+    came, or a wait timed out (result None). Recorded by the pass that holds the run."""
     changes: dict[str, Any] = {
         "kind": kind,
         "event": event,
@@ -157,11 +159,10 @@ def woken(kind: StepKind, event: str | None, result: Any) -> Transition:
 
 
 def child_ended(
-    child_id: str, status: str, output: Any, error: dict[str, Any] | None
+    child_id: str, status: str, output: Any, error: dict[str, Any] | None, *, now: datetime
 ) -> Transition:
-    """The parent's child step settles with how its child run ended. Written
+    """The parent's child step settles with how its child run ended (at ``now``). Written
     ``notified=False`` until the parent is told (see :func:`told`)."""
-    now = utcnow()
     changes: dict[str, Any] = {
         "attempts": 1,
         "updated_at": now,
@@ -186,10 +187,10 @@ def told() -> Transition:
     return Transition(StepGuard(), {"notified": True})
 
 
-def retried(step: StepRecord, *, halted: bool = False) -> Transition:
-    """``engine.retry``: a failed step gets one more attempt (a dispatched one goes back
-    on the queue; ``halted`` until its run's next pass, for a run waiting for admission)."""
-    now = utcnow()
+def retried(step: StepRecord, *, now: datetime, halted: bool = False) -> Transition:
+    """``engine.retry`` at ``now``: a failed step gets one more attempt (a dispatched one
+    goes back on the queue; ``halted`` until its run's next pass, for a run waiting for
+    admission)."""
     changes: dict[str, Any] = {"updated_at": now, "max_attempts": step.attempts + 1}
     if step.kind == "dispatch":
         changes.update(status="scheduled", due_at=now, halted=halted)
@@ -201,9 +202,9 @@ def retried(step: StepRecord, *, halted: bool = False) -> Transition:
 # ---- queue jobs (written by the worker that claimed them) ---------------------------
 
 
-def claimed(job: StepRecord, holder: str, ttl: float) -> Transition:
-    """A queue job claimed by ``holder`` for ``ttl`` seconds: its next attempt runs."""
-    now = utcnow()
+def claimed(job: StepRecord, holder: str, ttl: float, *, now: datetime) -> Transition:
+    """A queue job claimed by ``holder`` at ``now`` for ``ttl`` seconds: its next attempt
+    runs."""
     return Transition(
         StepGuard(status_in=("scheduled",), attempts=job.attempts),
         {
@@ -253,13 +254,13 @@ def job_ended(
     due_at: datetime | None = None,
     started_at: datetime | None = None,
     told: bool = False,
+    now: datetime,
 ) -> Transition:
     """A claimed job's outcome, fenced by the claim. A job that ends is written
     ``notified=False`` until its run is told, unless ``told``: its pass waits for it in
     this process and takes the outcome as it is written. ``counted`` overrides the
     attempts stored when they differ from the claim's (every attempt lost with its
-    worker)."""
-    now = utcnow()
+    worker). ``now``: when it ended."""
     changes: dict[str, Any] = {
         "status": status,
         "result": result,

@@ -22,8 +22,8 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
+from engine_core.common.clock import Clock
 from engine_core.common.values import to_stored
-from engine_core.records import utcnow
 from engine_core.store import Store
 
 #: What a ``set_value`` call's key is counted under (before the key): no step name
@@ -36,9 +36,16 @@ class BodyValues:
     a batch of them landed (local readers are woken)."""
 
     def __init__(
-        self, store: Store, run_id: str, *, first_pass: bool, landed: Callable[[str], None]
+        self,
+        store: Store,
+        run_id: str,
+        clock: Clock,
+        *,
+        first_pass: bool,
+        landed: Callable[[str], None],
     ) -> None:
         self._store = store
+        self._clock = clock
         self._run_id = run_id
         # The marks of earlier passes, by key then branch; none on the run's first pass.
         self._marks: dict[str, dict[str, int]] | None = {} if first_pass else None
@@ -56,7 +63,7 @@ class BodyValues:
             return  # written by an earlier pass
         # Moved to the end: the batch is sent in the order of the body's calls.
         self._pending.pop((key, branch), None)
-        self._pending[(key, branch)] = (stored, position, utcnow())
+        self._pending[(key, branch)] = (stored, position, self._clock.now())
 
     def kick(self) -> asyncio.Future[None] | None:
         """Send the waiting writes (after the batch sent before has landed); what to

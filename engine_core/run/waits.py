@@ -17,7 +17,7 @@ from engine_core.common.runtime import JobSlot
 from engine_core.common.values import check_name, check_retries, to_stored
 from engine_core.errors import WorkflowNotRegisteredError
 from engine_core.mirror import mirror_step
-from engine_core.records import StepKind, StepRecord, UpdateRecord, utcnow
+from engine_core.records import StepKind, StepRecord, UpdateRecord
 from engine_core.run.fork import KEYS_OF
 from engine_core.run.keys import child_run_id
 from engine_core.run.pass_state import PassState
@@ -33,7 +33,7 @@ def _scheduled(
     p: PassState, key: str, kind: StepKind, due_at: datetime | None, **fields: Any
 ) -> StepRecord:
     """A step record armed now, waiting for ``due_at`` (or for something outside)."""
-    now = utcnow()
+    now = p.clock.now()
     return StepRecord(
         run_id=p.run_id,
         key=key,
@@ -58,7 +58,7 @@ async def _arm(p: PassState, step: StepRecord) -> None:
 
 def _wake(p: PassState, step: StepRecord, result: Any) -> Any:
     """Settle a scheduled step (a sleep that is due, an event, a timeout) with ``result``."""
-    p.record(step.key, woken(step.kind, step.event, result))
+    p.record(step.key, woken(step.kind, step.event, result, now=p.clock.now()))
     return result
 
 
@@ -88,7 +88,7 @@ async def dispatch_step(
             p,
             key,
             "dispatch",
-            utcnow(),
+            p.clock.now(),
             max_attempts=attempts,
             retry_delay=delay,
             timeout=limit,
@@ -121,7 +121,7 @@ async def _run_here(p: PassState, job: StepRecord, slot: JobSlot) -> StepRecord 
     Returns the job as recorded, or None when the pass must park instead."""
     p.names.refuse_late()  # before the insert: a branch that outlived the body arms nothing
     holder = p.runtime.instance_id
-    claimed = claim(job, holder, p.runtime.config.lease_ttl).apply(job)
+    claimed = claim(job, holder, p.runtime.config.lease_ttl, now=p.clock.now()).apply(job)
     slot.hold(claimed)
     try:
         inserted = await p.store.insert_step(claimed)
@@ -154,7 +154,7 @@ async def sleep_step(p: PassState, name: str, duration: Duration) -> None:
     if p.finished(key) is not None:
         return None
     step = p.steps.get(key)
-    now = utcnow()
+    now = p.clock.now()
     if step is None:
         due = now + timedelta(seconds=seconds)
         await p.track(_arm(p, _scheduled(p, key, "sleep", due, timeout=seconds)))
@@ -209,7 +209,7 @@ async def _wait_for(
     taken = await consume(p.run_id, name, f"{p.run_id}\x00{key}")
     if taken is not None:
         return _wake(p, step, result_of(taken))
-    now = utcnow()
+    now = p.clock.now()
     if key not in p.steps:
         step.due_at = now + timedelta(seconds=limit) if limit is not None else None
         step.timeout = limit
@@ -264,7 +264,7 @@ async def _await_child(p: PassState, key: str, workflow: str, input: Any) -> Any
             p,
             key,
             "child",
-            utcnow(),
+            p.clock.now(),
             child_run_id=child_id,
             payload=stored_input,
             function=workflow,

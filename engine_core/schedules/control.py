@@ -6,25 +6,31 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from engine_core.common.clock import Clock
 from engine_core.common.durations import Duration
 from engine_core.common.values import MAX_RUN_ID_LENGTH, check_name, to_stored
 from engine_core.errors import InvalidNameError, ScheduleNotFoundError
 from engine_core.flow.starts import check_registered
-from engine_core.records import ScheduleRecord, utcnow
+from engine_core.records import ScheduleRecord
 from engine_core.schedules.scheduler import spec_of
 from engine_core.schedules.times import RUN_ID_SUFFIX_LENGTH, Schedule, make_spec, next_fire
 from engine_core.store import Store
 
 
 class ScheduleControl:
-    """Stores and steers schedules for the Engine."""
+    """Stores and steers schedules for the Engine, timed by its ``clock``."""
 
     def __init__(
-        self, store: Store, workflows: Mapping[str, Any], changed: Callable[[], None]
+        self,
+        store: Store,
+        workflows: Mapping[str, Any],
+        changed: Callable[[], None],
+        clock: Clock,
     ) -> None:
         self._store = store
         self._workflows = workflows
         self._changed = changed
+        self._clock = clock
 
     async def create_schedule(
         self,
@@ -47,7 +53,7 @@ class ScheduleControl:
         check_registered(self._workflows, workflow)
         spec = make_spec(cron, every, timezone)
         stored = to_stored(input, f"input of schedule {name!r}")
-        now = utcnow()
+        now = self._clock.now()
         existing = await self._store.get_schedule(name)
         record = ScheduleRecord(
             name=name,
@@ -76,7 +82,8 @@ class ScheduleControl:
     async def pause_schedule(self, name: str) -> None:
         """Stop the schedule firing until :meth:`resume_schedule`."""
         check_name(name, "schedule name")
-        if await self._store.set_schedule_paused(name, True, updated_at=utcnow()) is None:
+        paused = await self._store.set_schedule_paused(name, True, updated_at=self._clock.now())
+        if paused is None:
             raise ScheduleNotFoundError(f"no schedule is named {name!r}")
 
     async def resume_schedule(self, name: str) -> None:
@@ -88,7 +95,7 @@ class ScheduleControl:
             raise ScheduleNotFoundError(f"no schedule is named {name!r}")
         if not found.paused:
             return
-        now = utcnow()
+        now = self._clock.now()
         resumed = await self._store.set_schedule_paused(
             name, False, next_fire_at=next_fire(spec_of(found), now), updated_at=now
         )

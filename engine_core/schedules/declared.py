@@ -13,11 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from engine_core.common.clock import Clock
 from engine_core.common.durations import Duration
 from engine_core.common.options import check_catch_up
 from engine_core.common.values import MAX_RUN_ID_LENGTH, check_name, to_stored
 from engine_core.errors import InvalidNameError
-from engine_core.records import ScheduleRecord, utcnow
+from engine_core.records import ScheduleRecord
 from engine_core.schedules.times import (
     RUN_ID_SUFFIX_LENGTH,
     ScheduleSpec,
@@ -70,11 +71,12 @@ def declare_schedule(
     )
 
 
-async def store_declared(store: Store, declared: dict[str, DeclaredSchedule]) -> bool:
-    """Store what the code declares where the store differs; whether anything changed."""
+async def store_declared(store: Store, declared: dict[str, DeclaredSchedule], clock: Clock) -> bool:
+    """Store what the code declares where the store differs (stamped and timed by
+    ``clock``, the engine's); whether anything changed."""
     changed = False
     for d in declared.values():
-        now = utcnow()
+        now = clock.now()
         stored = await store.get_schedule(d.name)
         wanted = ScheduleRecord(
             name=d.name,

@@ -33,10 +33,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any
 
+from engine_core.common.clock import Clock
 from engine_core.common.outages import Outages
 from engine_core.common.periodic import Periodic
 from engine_core.errors import StoreUnavailableError
-from engine_core.records import ScheduleRecord, utcnow
+from engine_core.records import ScheduleRecord
 from engine_core.schedules.times import (
     ScheduleSpec,
     fire_run_id,
@@ -75,12 +76,16 @@ class Scheduler:
         outages: Outages,
         workflows: Callable[[], Sequence[str]],
         start_run: StartRun,
+        clock: Clock,
     ) -> None:
         self.store = store
         self.outages = outages
         self.workflows = workflows
         self.start_run = start_run
-        self._loop = Periodic("the schedule loop", self.tick, every=REREAD_S, outages=outages)
+        self.clock = clock
+        self._loop = Periodic(
+            "the schedule loop", self.tick, every=REREAD_S, outages=outages, clock=clock
+        )
         #: How many fires this process has started runs for.
         self.fired = 0
 
@@ -91,6 +96,11 @@ class Scheduler:
     async def stop(self) -> None:
         """Stop firing schedules."""
         await self._loop.stop()
+
+    @property
+    def busy(self) -> bool:
+        """Whether a look at the schedules runs now or is about to."""
+        return self._loop.busy
 
     def wake(self) -> None:
         """Read the schedules again now (one was created or resumed here)."""
@@ -104,19 +114,21 @@ class Scheduler:
             if schedule.paused or schedule.workflow not in registered:
                 continue
             due = schedule.next_fire_at
-            if due <= utcnow():
+            if due <= self.clock.now():
                 due = await self.fire(schedule)
             if earliest is None or due < earliest:
                 earliest = due
         if earliest is None:
             return REREAD_S
-        return min(REREAD_S, max(0.0, (earliest - utcnow()).total_seconds()))
+        # Woken by the clock then, too: a virtual clock moves to it only when told.
+        self._loop.wake_at(earliest)
+        return min(REREAD_S, max(0.0, (earliest - self.clock.now()).total_seconds()))
 
     async def fire(self, schedule: ScheduleRecord) -> datetime:
         """Start the run of the schedule's latest fire, then move its ``next_fire_at``
         on; returns the next fire."""
         spec = spec_of(schedule)
-        now = utcnow()
+        now = self.clock.now()
         fire = latest_fire(spec, now)
         if fire is None or fire < schedule.next_fire_at:
             fire = schedule.next_fire_at

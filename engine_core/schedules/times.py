@@ -77,7 +77,8 @@ def make_spec(cron: object = None, every: object = None, timezone: object = "UTC
         )
     expression = " ".join(cron.split())
     try:
-        next(CronSim(expression, datetime.now(UTC).astimezone(zone)))
+        # From any moment: whether it fires at all does not depend on when one asks.
+        next(CronSim(expression, _EPOCH.astimezone(zone)))
     except (CronSimError, ValueError, StopIteration) as exc:
         reason = str(exc) or "it never fires"
         raise InvalidScheduleError(f"bad cron expression {cron!r:.80}: {reason}") from None

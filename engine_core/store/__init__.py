@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import typing
 
+from engine_core.store.clock import TimeSource
 from engine_core.store.events import EventStore
 from engine_core.store.fleet import FleetStore
 from engine_core.store.flow import FlowStore
@@ -28,6 +29,7 @@ __all__ = [
     "Store",
     "StreamStore",
     "TalkStore",
+    "TimeSource",
 ]
 
 
@@ -45,3 +47,10 @@ class Store(
 
     async def close(self) -> None:
         """Release what the store holds open. The store is not used afterwards."""
+
+    def follow_clock(self, clock: TimeSource) -> None:
+        """Read the time from ``clock`` from now on (``Engine(store, clock=...)`` hands
+        it down), for every lease, claim, due time and timestamp the store judges or
+        writes itself. A store whose time is not the engine's to move (hosts of a fleet
+        judge each other's leases against their own real clocks) raises ``ValueError``
+        for a virtual clock, saying why."""

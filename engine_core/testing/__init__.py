@@ -1,4 +1,5 @@
-"""Test helpers for store implementations: the store conformance suite.
+"""Test helpers: :class:`VirtualClock` for tests of workflows (docs/guides/testing.md),
+and the store conformance suite for store implementations.
 
 Subclass :class:`StoreConformance` in a pytest module and give it a ``store`` fixture
 that yields a fresh, initialised, empty store::
@@ -11,9 +12,11 @@ that yields a fresh, initialised, empty store::
             yield store
             await store.close()
 
-Requires pytest and pytest-asyncio (the ``test`` extra).
+The suite runs under pytest and pytest-asyncio (the ``test`` extra); importing this
+package imports neither, so ``VirtualClock`` serves any test runner.
 """
 
 from engine_core.testing.conformance import StoreConformance
+from engine_core.testing.virtual_clock import VirtualClock
 
-__all__ = ["StoreConformance"]
+__all__ = ["StoreConformance", "VirtualClock"]

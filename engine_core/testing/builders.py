@@ -5,12 +5,8 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from engine_core.records import (
-    AttemptEntry,
-    RunRecord,
-    StepRecord,
-    utcnow,
-)
+from engine_core.common.clock import utcnow
+from engine_core.records import AttemptEntry, RunRecord, StepRecord
 from engine_core.store import Store
 
 

@@ -5,11 +5,8 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 
-from engine_core.records import (
-    EventRecord,
-    StepGuard,
-    utcnow,
-)
+from engine_core.common.clock import REAL_CLOCK, utcnow
+from engine_core.records import EventRecord, StepGuard
 from engine_core.store import Store
 from engine_core.testing.builders import begin, make_job, make_run
 
@@ -108,3 +105,19 @@ class EventLeaseCases:
         assert await store.find_unnotified_steps(utcnow() - timedelta(seconds=60), 10) == []
         await store.update_step("r", "untold", guard=StepGuard(), changes={"notified": True})
         assert await store.find_unnotified_steps(later, 10) == []
+
+    # ---- the clock --------------------------------------------------------------
+
+    async def test_a_store_follows_the_real_clock_it_is_handed(self, store: Store) -> None:
+        """Every store follows the real clock (``Engine(store)`` hands it down, once per
+        engine): the leases it times itself are real times."""
+        store.follow_clock(REAL_CLOCK)
+        store.follow_clock(REAL_CLOCK)  # a second engine on the store: the same clock
+        await store.insert_run(make_run())
+        before = utcnow()
+        begun = await store.begin_pass("run-1", holder="a", ttl=30)
+        after = utcnow()
+        assert begun is not None and begun.lease_expires_at is not None
+        slack = timedelta(seconds=1)
+        ttl = timedelta(seconds=30)
+        assert before + ttl - slack <= begun.lease_expires_at <= after + ttl + slack

@@ -7,8 +7,9 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
+from engine_core.common.clock import utcnow
 from engine_core.errors import DuplicateRunError
-from engine_core.records import LinePage, QueueState, RunRecord, utcnow
+from engine_core.records import LinePage, QueueState, RunRecord
 from engine_core.store import Store
 from engine_core.testing.builders import begin, make_run
 

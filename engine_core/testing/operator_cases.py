@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from engine_core.records import ScheduleRecord, utcnow
+from engine_core.common.clock import utcnow
+from engine_core.records import ScheduleRecord
 from engine_core.store import Store
 from engine_core.testing.builders import make_run
 

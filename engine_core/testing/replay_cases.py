@@ -4,8 +4,9 @@ version label."""
 
 from __future__ import annotations
 
+from engine_core.common.clock import utcnow
 from engine_core.common.journal import merged
-from engine_core.records import StepRecord, utcnow
+from engine_core.records import StepRecord
 from engine_core.store import Store
 from engine_core.testing.builders import begin, done_step, make_job, make_run
 

@@ -6,12 +6,9 @@ import asyncio
 from datetime import timedelta
 from typing import Any
 
+from engine_core.common.clock import utcnow
 from engine_core.common.journal import journals, merged_steps
-from engine_core.records import (
-    EventRecord,
-    InflightStep,
-    utcnow,
-)
+from engine_core.records import EventRecord, InflightStep
 from engine_core.store import Store
 from engine_core.testing.builders import begin, done_step, make_job, make_run
 

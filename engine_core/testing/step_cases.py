@@ -5,12 +5,8 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 
-from engine_core.records import (
-    AttemptEntry,
-    StepGuard,
-    StepPage,
-    utcnow,
-)
+from engine_core.common.clock import utcnow
+from engine_core.records import AttemptEntry, StepGuard, StepPage
 from engine_core.store import Store
 from engine_core.testing.builders import claim_one, done_step, make_job
 

@@ -6,7 +6,7 @@ import asyncio
 from datetime import timedelta
 from typing import Any
 
-from engine_core.records import utcnow
+from engine_core.common.clock import utcnow
 from engine_core.store import Store
 from engine_core.streams import StreamEntry
 from engine_core.testing.builders import make_run

@@ -8,7 +8,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
-from engine_core.records import UpdateRecord, utcnow
+from engine_core.common.clock import utcnow
+from engine_core.records import UpdateRecord
 from engine_core.store import Store
 from engine_core.testing.builders import begin, make_run
 

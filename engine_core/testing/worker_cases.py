@@ -5,7 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from engine_core.records import Worker, utcnow
+from engine_core.common.clock import utcnow
+from engine_core.records import Worker
 from engine_core.store import Store
 
 

@@ -24,7 +24,8 @@ from datetime import datetime
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import DuplicateKeyError, OperationFailure
 
-from engine_core.records import TERMINAL, utcnow
+from engine_core.common.clock import utcnow
+from engine_core.records import TERMINAL
 from pikku_mongo.wire.causal import CausalReads
 from pikku_mongo.wire.checks import check_str
 from pikku_mongo.wire.documents import Doc, dedup_key

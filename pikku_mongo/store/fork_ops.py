@@ -26,8 +26,9 @@ from datetime import datetime
 
 from pymongo.asynchronous.collection import AsyncCollection
 
+from engine_core.common.clock import utcnow
 from engine_core.errors import DuplicateRunError
-from engine_core.records import RunRecord, StepRecord, utcnow
+from engine_core.records import RunRecord, StepRecord
 from engine_core.store import Store
 from pikku_mongo.wire.causal import CausalReads
 from pikku_mongo.wire.checks import check_int, check_str

@@ -13,7 +13,8 @@ from pymongo import ReturnDocument
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import DuplicateKeyError
 
-from engine_core.records import Lease, utcnow
+from engine_core.common.clock import utcnow
+from engine_core.records import Lease
 from pikku_mongo.wire.checks import check_int, check_str
 from pikku_mongo.wire.documents import Doc, lease_expiry, lease_from_doc
 from pikku_mongo.wire.encoding import EPOCH, pack, to_us

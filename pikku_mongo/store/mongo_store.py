@@ -43,31 +43,12 @@ shared client often runs with ``w=1``. Pass ``write_concern=`` / ``read_concern=
 choose. Reads that decide something are causally consistent where the server keeps a
 clock (:mod:`pikku_mongo.wire.causal`): they wait for this client's last acknowledged write.
 
-Clocks. A lease's (or a claim's) expiry is written by its holder, from the holder's
-clock (``now + ttl``), and judged by every other host against its own clock: no server
-clock is used (nx-27017 serves neither ``$$NOW`` nor pipeline updates). If the clocks of
-any two hosts differ by at most ``S = max_clock_skew``:
-
-* a taker takes over only ``S`` after the stored expiry by its own clock
-  (``expires <= now - S``: :meth:`MongoStore.acquire_lease`,
-  :meth:`MongoStore.requeue_lapsed_claims`). A taker whose clock runs ``d <= S`` ahead
-  of the holder's acts at holder time ``expires + S - d >= expires``: never while the
-  holder may still hold it;
-* a holder counts its lease lost ``S`` before the stored expiry (``expires > now + S``
-  to renew it: :meth:`MongoStore.refresh_lease`, :meth:`MongoStore.extend_claim`; the
-  ``Lease.expires_at`` it is handed is already ``S`` early). It judges a value its own
-  clock wrote, so skew between hosts cancels out there; the margin covers its own
-  clock being stepped (NTP) between writing the expiry and judging it, and makes the
-  gap between the last moment a holder acts and the first moment a taker acts ``2 S``.
-
-So ``ttl`` must be at least ``2 S`` (:class:`LeaseTooShortError` otherwise), and a
-takeover after a holder dies takes ``ttl + S`` (plus the recovery interval). The
-bound is only as good as the hosts' clock sync: :meth:`MongoStore.clock_offset`
-measures this host against the server (``hello`` ``localTime``), ``init`` logs a
-warning when this host is certainly more than ``S / 2`` off (two hosts each within
-``S / 2`` of the server are within ``S`` of each other), and ``pikku-mongo doctor``
-reports it. Due times of sleeps and retries are not leases: a skewed clock fires them a
-little early or late, never twice.
+Clocks. A lease's (or a claim's) expiry is written by its holder from its own clock and
+judged by every other host against its own, within ``max_clock_skew``: a taker acts only
+``S`` after the stored expiry, a holder counts its lease lost ``S`` before it, so ``ttl``
+must be at least ``2 S`` (:class:`LeaseTooShortError`); :meth:`MongoStore.clock_offset`
+measures this host against the server and ``init`` warns beyond ``S / 2``. The argument
+in full: docs/guides/durability.md, "Clocks".
 """
 
 from __future__ import annotations
@@ -84,6 +65,7 @@ from pymongo.read_preferences import ReadPreference
 from pymongo.write_concern import WriteConcern
 
 from engine_core.common.durations import Duration
+from engine_core.store import TimeSource
 from pikku_mongo.errors import MissingDatabaseError
 from pikku_mongo.store.declared_ops import DeclaredOps
 from pikku_mongo.store.dedup_ops import DedupOps
@@ -395,6 +377,20 @@ class MongoStore:
                 self.max_clock_skew,
             )
         return measured
+
+    def follow_clock(self, clock: TimeSource) -> None:
+        """:meth:`Store.follow_clock <engine_core.store.Store.follow_clock>`: the real
+        clock only. Every host of a fleet judges the leases, claims and due times stored
+        here against its own real clock (module docstring, "Clocks"), and so do the CLI
+        and the dashboard: a virtual clock in one process would take other processes'
+        leases and fire their timers early. ``ValueError`` for a virtual clock."""
+        if clock.virtual:
+            raise ValueError(
+                f"{self!r} cannot follow a virtual clock ({clock!r}): the hosts of a fleet, "
+                "the CLI and the dashboard judge the leases, claims and due times a "
+                "MongoStore holds against their real clocks. Test with virtual time on an "
+                "InMemoryStore (engine_core.memory.InMemoryStore)"
+            )
 
     def job_hints(self) -> AsyncIterator[None] | None:
         """A change stream of queue-job inserts (see :mod:`pikku_mongo.wire.watch`); it ends

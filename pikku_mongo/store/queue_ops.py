@@ -23,8 +23,9 @@ from pymongo import UpdateOne
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import DuplicateKeyError
 
+from engine_core.common.clock import utcnow
 from engine_core.errors import DuplicateRunError
-from engine_core.records import LinePage, QueueState, RunRecord, RunState, utcnow
+from engine_core.records import LinePage, QueueState, RunRecord, RunState
 from pikku_mongo.store.runs_part import RunsPart
 from pikku_mongo.wire.checks import check_datetime, check_int, check_opt_str, check_str, check_strs
 from pikku_mongo.wire.documents import (

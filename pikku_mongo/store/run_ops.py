@@ -15,8 +15,9 @@ from typing import Any, cast
 
 from pymongo import ReturnDocument
 
+from engine_core.common.clock import utcnow
 from engine_core.errors import DuplicateRunError
-from engine_core.records import ACTIVE, TERMINAL, RunRecord, RunState, StepRecord, utcnow
+from engine_core.records import ACTIVE, TERMINAL, RunRecord, RunState, StepRecord
 from pikku_mongo.store.runs_part import RunsPart
 from pikku_mongo.wire.checks import (
     check_bool,

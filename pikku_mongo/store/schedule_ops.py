@@ -21,7 +21,8 @@ from typing import Any
 from pymongo import ReturnDocument
 from pymongo.asynchronous.collection import AsyncCollection
 
-from engine_core.records import ScheduleRecord, utcnow
+from engine_core.common.clock import utcnow
+from engine_core.records import ScheduleRecord
 from pikku_mongo.wire.causal import CausalReads
 from pikku_mongo.wire.checks import (
     check_bool,

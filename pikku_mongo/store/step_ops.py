@@ -17,7 +17,8 @@ from typing import Any, cast
 
 from pymongo.asynchronous.collection import AsyncCollection
 
-from engine_core.records import AttemptEntry, StepGuard, StepPage, StepRecord, utcnow
+from engine_core.common.clock import utcnow
+from engine_core.records import AttemptEntry, StepGuard, StepPage, StepRecord
 from pikku_mongo.store.targeting import Targeting
 from pikku_mongo.wire.causal import CausalReads
 from pikku_mongo.wire.checks import (

@@ -20,7 +20,8 @@ from typing import Any
 
 from pymongo.asynchronous.collection import AsyncCollection
 
-from engine_core.records import Worker, utcnow
+from engine_core.common.clock import utcnow
+from engine_core.records import Worker
 from pikku_mongo.wire.checks import check_str
 from pikku_mongo.wire.documents import Doc
 from pikku_mongo.wire.encoding import dump_value, from_us, load_value, pack, to_us, unpack

@@ -11,7 +11,8 @@ from datetime import timedelta
 import pytest
 
 from engine_core import Engine, WorkflowRunFailedError
-from engine_core.records import RunRecord, utcnow
+from engine_core.common.clock import utcnow
+from engine_core.records import RunRecord
 from tests.support.fleet import Fleet
 from tests.support.waiting import wait_step
 

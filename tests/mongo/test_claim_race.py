@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from engine_core.records import StepRecord, utcnow
+from engine_core.common.clock import utcnow
+from engine_core.records import StepRecord
 from pikku_mongo import MongoStore
 from tests.conftest import with_database
 from tests.support.start_line import SPAWN, all_ready, start_line

@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 
+from engine_core.common.clock import utcnow
 from engine_core.errors import InvalidDurationError
-from engine_core.records import StepRecord, utcnow
+from engine_core.records import StepRecord
 from pikku_mongo import MongoStore
 from pikku_mongo.errors import LeaseTooShortError
 from pikku_mongo.wire.server import ClockOffset, measure_clock_offset

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 from pymongo import monitoring
 
-from engine_core.records import AttemptEntry, RunRecord, StepGuard, StepRecord, utcnow
+from engine_core.common.clock import utcnow
+from engine_core.records import AttemptEntry, RunRecord, StepGuard, StepRecord
 from pikku_mongo import MongoStore
 from pikku_mongo.errors import DocumentTooLargeError, PikkuMongoError
 from tests.conftest import mongo_store

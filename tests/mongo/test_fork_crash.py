@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from engine_core import Engine, RunNotFoundError, WorkflowContext, WorkflowRunFailedError
-from engine_core.records import utcnow
+from engine_core.common.clock import utcnow
 from pikku_mongo import MongoStore
 from tests.conftest import with_database
 

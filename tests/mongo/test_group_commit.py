@@ -12,8 +12,8 @@ import pytest
 from pymongo import monitoring
 
 from engine_core import Engine, WorkflowContext, WorkflowRunCancelledError
+from engine_core.common.clock import utcnow
 from engine_core.common.journal import journals, merged
-from engine_core.records import utcnow
 from engine_core.testing.builders import begin, done_step, make_run
 from pikku_mongo import MongoStore
 from tests.conftest import with_database

@@ -7,7 +7,8 @@ from datetime import timedelta
 
 import pytest
 
-from engine_core.records import AttemptEntry, StepRecord, utcnow
+from engine_core.common.clock import utcnow
+from engine_core.records import AttemptEntry, StepRecord
 from pikku_mongo.wire.journal_text import RecentTexts, step_from_text, step_to_text
 from tests.support.legacy_journal import long_text
 

@@ -26,6 +26,7 @@ from pymongo.errors import AutoReconnect, InvalidOperation, OperationFailure
 from tenacity import wait_none
 
 import pikku_mongo.wire.retry
+from engine_core.common.clock import utcnow
 from engine_core.errors import StoreUnavailableError
 from engine_core.memory import InMemoryStore
 from engine_core.records import (
@@ -36,7 +37,6 @@ from engine_core.records import (
     StepGuard,
     StepPage,
     StepRecord,
-    utcnow,
 )
 from engine_core.store import Store
 from pikku_mongo import MissingDatabaseError, MongoStore

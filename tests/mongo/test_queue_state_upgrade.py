@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from engine_core.common.clock import utcnow
 from engine_core.flow.admission import Admitter
 from engine_core.flow.queues import declare
-from engine_core.records import utcnow
 from engine_core.testing.builders import begin
 from engine_core.testing.flow_cases import queued
 from pikku_mongo.wire.encoding import to_us

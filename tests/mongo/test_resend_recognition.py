@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 from pymongo.errors import AutoReconnect
 
+from engine_core.common.clock import utcnow
 from engine_core.common.journal import journals
-from engine_core.records import RunState, utcnow
+from engine_core.records import RunState
 from engine_core.testing.builders import begin, done_step, make_run
 from pikku_mongo import MongoStore
 from tests.conftest import mongo_store, with_database
