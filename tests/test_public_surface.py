@@ -94,6 +94,7 @@ WING_EXPORTS: dict[str, list[str]] = {
     "engine_core.store": [
         "EventStore",
         "FleetStore",
+        "FlowKeyStore",
         "FlowStore",
         "RunStore",
         "StepStore",

@@ -15,6 +15,7 @@ from engine_core.errors import DuplicateRunError
 from engine_core.memory.cloning import clone
 from engine_core.memory.events import EventLeaseMemory
 from engine_core.memory.flow import FlowMemory
+from engine_core.memory.flow_keys import FlowKeyMemory
 from engine_core.memory.steps import StepMemory
 from engine_core.memory.streams import StreamMemory
 from engine_core.memory.workers import WorkerMemory
@@ -23,6 +24,7 @@ from engine_core.records import (
     TERMINAL,
     EventRecord,
     InflightStep,
+    KeyWindow,
     Lease,
     QueueState,
     RunRecord,
@@ -33,7 +35,9 @@ from engine_core.records import (
 )
 
 
-class InMemoryStore(StepMemory, EventLeaseMemory, FlowMemory, WorkerMemory, StreamMemory):
+class InMemoryStore(
+    StepMemory, EventLeaseMemory, FlowMemory, FlowKeyMemory, WorkerMemory, StreamMemory
+):
     """A single-process store that keeps everything in dicts."""
 
     def __init__(self) -> None:
@@ -49,6 +53,9 @@ class InMemoryStore(StepMemory, EventLeaseMemory, FlowMemory, WorkerMemory, Stre
         self._dedup: dict[tuple[str, str], str] = {}
         self._schedules: dict[str, ScheduleRecord] = {}
         self._queue_limits: dict[str, dict[str, Any]] = {}
+        self._turns: dict[tuple[str, str | None], int] = {}
+        self._windows: dict[tuple[str, str], tuple[int, tuple[datetime, float | None] | None]] = {}
+        self._key_windows: dict[tuple[str, str | None], KeyWindow] = {}
 
     async def init(self) -> None:
         """:meth:`Store.init <engine_core.store.Store.init>`, in memory."""
@@ -76,7 +83,9 @@ class InMemoryStore(StepMemory, EventLeaseMemory, FlowMemory, WorkerMemory, Stre
                     run_id=holder.run_id,
                 )
             self._dedup[pair] = run.run_id
-        self._runs[run.run_id] = clone(run)
+        stored = clone(run)
+        self._line_up(stored)
+        self._runs[run.run_id] = stored
         return None
 
     async def get_run(self, run_id: str) -> RunRecord | None:

@@ -14,6 +14,7 @@ import typing
 from engine_core.store.events import EventStore
 from engine_core.store.fleet import FleetStore
 from engine_core.store.flow import FlowStore
+from engine_core.store.flow_keys import FlowKeyStore
 from engine_core.store.runs import RunStore
 from engine_core.store.steps import StepStore
 from engine_core.store.streams import StreamStore
@@ -21,6 +22,7 @@ from engine_core.store.streams import StreamStore
 __all__ = [
     "EventStore",
     "FleetStore",
+    "FlowKeyStore",
     "FlowStore",
     "RunStore",
     "StepStore",
@@ -30,10 +32,20 @@ __all__ = [
 
 
 @typing.runtime_checkable
-class Store(RunStore, FlowStore, StepStore, EventStore, StreamStore, FleetStore, typing.Protocol):
+class Store(
+    RunStore,
+    FlowStore,
+    FlowKeyStore,
+    StepStore,
+    EventStore,
+    StreamStore,
+    FleetStore,
+    typing.Protocol,
+):
     """What the engine needs from storage, one protocol per part of it (``runs``,
-    ``flow``, ``steps``, ``events``, ``streams``, ``fleet``). See ``engine_core.testing``
-    for the suite that checks an implementation against every guarantee stated."""
+    ``flow``, ``flow_keys``, ``steps``, ``events``, ``streams``, ``fleet``). See
+    ``engine_core.testing`` for the suite that checks an implementation against every
+    guarantee stated."""
 
     async def init(self) -> None:
         """Prepare the store (create indexes); safe to call any number of times."""

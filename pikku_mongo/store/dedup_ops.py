@@ -27,9 +27,10 @@ from pymongo.errors import DuplicateKeyError, OperationFailure
 from engine_core.records import TERMINAL, utcnow
 from pikku_mongo.wire.causal import CausalReads
 from pikku_mongo.wire.checks import check_str
-from pikku_mongo.wire.documents import Doc, dedup_key
+from pikku_mongo.wire.documents import Doc
 from pikku_mongo.wire.encoding import to_us, unpack
 from pikku_mongo.wire.filters import eq
+from pikku_mongo.wire.flow_fields import dedup_key
 from pikku_mongo.wire.retry import transient_retry
 from pikku_mongo.wire.skew import SkewBound
 from pikku_mongo.writes.batcher import Batcher

@@ -26,6 +26,8 @@ Collections (``prefix`` + name):
   :mod:`pikku_mongo.store.job_index` and :mod:`pikku_mongo.store.line_index`.
 * ``queues``: ``_id`` = queue name; each queue's admission state, replaced by
   compare-and-set on its version. See :mod:`pikku_mongo.store.queue_ops`.
+* ``qkeys`` and ``debounce``: per (queue, key) its fair turn and ``key_rate`` window,
+  per (workflow, debounce key) its window. See :mod:`pikku_mongo.store.key_ops`.
 
 Every guard of the protocol is one filter of one single-document write, so it is
 atomic on the server; expiry is always judged by the filter against the client's clock,
@@ -82,11 +84,13 @@ from pymongo.write_concern import WriteConcern
 
 from engine_core.common.durations import Duration
 from pikku_mongo.errors import MissingDatabaseError
+from pikku_mongo.store.debounce_ops import DebounceOps
 from pikku_mongo.store.declared_ops import DeclaredOps
 from pikku_mongo.store.dedup_ops import DedupOps
 from pikku_mongo.store.event_ops import EventOps
 from pikku_mongo.store.fork_ops import ForkOps
 from pikku_mongo.store.job_index import JobIndex
+from pikku_mongo.store.key_ops import KeyOps
 from pikku_mongo.store.lease_ops import LeaseOps
 from pikku_mongo.store.line_index import LineIndex
 from pikku_mongo.store.listing import ListingOps, backfill_made
@@ -191,6 +195,7 @@ class MongoStore:
         self.dedup, self.streams, self.heartbeats, self.jobs, self.lines = self._collections(
             "dedup", "streams", "heartbeats", "jobs", "lines"
         )
+        self.qkeys, self.debounce = self._collections("qkeys", "debounce")
 
     def _group_commit(self) -> None:
         """A group commit for each collection written on the hot path. A document a
@@ -208,10 +213,14 @@ class MongoStore:
         self.dedup_ops: DedupOps = DedupOps(
             runs=self.runs, dedup=self.dedup, dedup_writes=self.dedup_writes, reads=reads, skew=skew
         )
+        self.key_ops: KeyOps = KeyOps(
+            qkeys=self.qkeys, windows=self.debounce, queues=self.queues, reads=reads
+        )
         self.run_ops: RunOps = RunOps(
             runs=self.runs,
             run_writes=self.run_writes,
             dedup=self.dedup_ops,
+            keys=self.key_ops,
             targeting=targeting,
             reads=reads,
             skew=skew,
@@ -230,6 +239,7 @@ class MongoStore:
             step_writes=self.step_writes,
         )
         self.queue_ops: QueueOps = QueueOps.beside(self.run_ops, queues=self.queues)
+        self.debounce_ops: DebounceOps = DebounceOps(keys=self.key_ops, run_ops=self.run_ops)
         self.fork_ops: ForkOps = ForkOps(
             runs=self.runs, steps=self.steps, forks=self.forks, reads=reads, store=self
         )
@@ -450,7 +460,15 @@ class MongoStore:
     reenter_run = _queues(QueueOps.reenter_run)
     find_deadlines = _queues(QueueOps.find_deadlines)
     count_queue = _queues(QueueOps.count_queue)
+    count_waiting_keys = _queues(QueueOps.count_waiting_keys)
     queue_names = _queues(QueueOps.queue_names)
+    # KeyOps, DebounceOps
+    _keys = ServedBy["MongoStore", KeyOps](lambda store: store.key_ops)
+    get_key_windows = _keys(KeyOps.get_key_windows)
+    save_key_windows = _keys(KeyOps.save_key_windows)
+    debounce_run = ServedBy["MongoStore", DebounceOps](lambda store: store.debounce_ops)(
+        DebounceOps.debounce_run
+    )
     # DedupOps
     _dedup = ServedBy["MongoStore", DedupOps](lambda store: store.dedup_ops)
     dedup_holder = _dedup(DedupOps.dedup_holder)
