@@ -19,7 +19,13 @@ one lands and the other reads again. The state stays small whatever the limits:
 - the rate limit keeps admissions as (time, count) entries, at most
   :data:`WINDOW_ENTRIES`: when there are more, the two closest in time merge into one
   stamped with the later time, which counts every admission in it for at least as
-  long as its own time would. At most N admissions in any window, always.
+  long as its own time would. At most N admissions in any window, always. Each key's
+  (``key_rate``) is kept the same way in a record of its own, the state listing only
+  what those may not hold yet (:mod:`engine_core.flow.rate_windows`);
+- on a fair queue (``fairness="key"``) the line itself is in turn order (each run took
+  its key's next turn as it joined the line: see ``Store``'s ``FlowKeyStore``), and
+  the state keeps ``turn``, the highest turn admitted, that a key coming back from
+  idle starts from.
 
 A run holds its slot from the write that admits it until it ends, so a slot whose
 process died is not lost with it (its run is recovered and still counts) and frees
@@ -32,8 +38,9 @@ the head of the line, read the state, save the state, move the runs; plus, with
 ``concurrency`` or ``key_concurrency``, one read of the runs the last round reserved
 (by ``_id``), one count of a queue's admitted runs when ``concurrency`` may bind, and
 one count of the admitted runs of the batch's keys (one command for all of them) with
-``key_concurrency``. A run re-entering its queue (a retry) joins the line and is
-admitted like any other.
+``key_concurrency``; with ``key_rate``, one read of the keys' windows and one write of
+them. A run re-entering its queue (a retry) joins the line and is admitted like any
+other.
 """
 
 from __future__ import annotations
@@ -48,9 +55,18 @@ from datetime import datetime, timedelta
 
 from engine_core.common.periodic import Periodic
 from engine_core.common.runtime import Runtime
-from engine_core.flow.queues import QueueLimits, Rate
+from engine_core.flow.queues import QueueLimits
+from engine_core.flow.rate_windows import (
+    WINDOW_ENTRIES,
+    KeyRates,
+    live_window,
+    read_key_rates,
+    window_with,
+)
 from engine_core.records import TERMINAL, QueueState, RunRecord, utcnow
 from engine_core.store import Store
+
+__all__ = ["BATCH", "WINDOW_ENTRIES", "Admission", "Admitter"]
 
 log = logging.getLogger("engine_core.flow.admission")
 
@@ -61,8 +77,6 @@ BATCH = 100
 POLL_S = 1.0
 #: How long a poked admitter waits for more pokes before its round.
 COALESCE_S = 0.005
-#: Entries of the rate window kept at most (see the module's docstring).
-WINDOW_ENTRIES = 64
 
 
 @dataclass(frozen=True)
@@ -70,7 +84,8 @@ class _Room:
     """What one admission round may admit: the head of the line not reserved yet, the
     runs a round reserved that are still in the line (``waiting``), the holders an
     earlier version kept (``legacy``), the rate window, the free slots, the admitted
-    runs counted (``held``; ``counted``: exactly) and those of each key."""
+    runs counted (``held``; ``counted``: exactly), those of each key, and the keys'
+    rate windows (with ``key_rate``)."""
 
     line: list[RunRecord]
     waiting: list[RunRecord]
@@ -80,6 +95,7 @@ class _Room:
     held: int
     counted: bool
     per_key: Counter[str | None]
+    key_rates: KeyRates | None
 
 
 class Admitter:
@@ -139,24 +155,32 @@ class Admitter:
         state = await self.store.get_queue_state(limits.name) or QueueState(limits.name)
         now = utcnow()
         room = await self._room(state, line, now)
-        picked, full = self._pick(room.line, room.free, room.per_key)
+        picked, full = self._pick(room)
         if not picked:
             if room.waiting:
                 await self._admit(room.waiting)
             self._arm_rate_wake(room.window, now)
             return False
+        by_key = Counter(r.queue_key for r in picked)
+        rates = room.key_rates
+        unsaved = rates.entries_after(by_key, now, state.version + 1) if rates else []
         saved = QueueState(
             name=limits.name,
             version=state.version + 1,
             held=room.held + len(picked) if limits.concurrency is not None else 0,
             reserved=[r.run_id for r in room.waiting + picked] if limits.tracks_holders else [],
-            window=_window_with(room.window, now, len(picked)) if limits.rate is not None else [],
+            window=window_with(room.window, now, len(picked)) if limits.rate is not None else [],
             minutes=_count_minutes(state.minutes, now, len(picked)),
             legacy=room.legacy,
+            turn=max([state.turn, *(r.queue_turn or 0 for r in picked)]),
+            key_unsaved=unsaved,
         )
         if not await self.store.save_queue_state(saved, expect_version=state.version):
             return True  # another admitter moved first: read again
         self._counted = self._counted or room.counted
+        if rates is not None:
+            windows = rates.windows_to_save(by_key, now, unsaved)
+            await self.store.save_key_windows(limits.name, windows, version=saved.version)
         await self._admit(room.waiting + picked)
         return not full and len(room.line) == BATCH
 
@@ -164,7 +188,7 @@ class Admitter:
         """What the limits leave for ``line`` (the head of the queue's line) as ``state``
         and the admitted runs stand now."""
         limits = self.limits
-        window = _live_window(state.window, now, limits.rate)
+        window = live_window(state.window, now, limits.rate)
         waiting: list[RunRecord] = []  # reserved by a round, still in the line
         if state.reserved and limits.tracks_holders:
             waiting = await self.store.get_runs(state.reserved, status_in=("queued",))
@@ -185,7 +209,10 @@ class Admitter:
                 counted = True
             free = min(free, limits.concurrency - held - len(legacy))
         per_key = await self._per_key(line, waiting, legacy)
-        return _Room(line, waiting, legacy, window, free, held, counted, per_key)
+        rates = None
+        if limits.key_rate is not None and line:
+            rates = await read_key_rates(self.store, limits.key_rate, state, line, now)
+        return _Room(line, waiting, legacy, window, free, held, counted, per_key, rates)
 
     async def _per_key(
         self, line: list[RunRecord], waiting: list[RunRecord], legacy: dict[str, str | None]
@@ -199,23 +226,26 @@ class Admitter:
             per_key.update(legacy.values())
         return per_key
 
-    def _pick(
-        self, line: list[RunRecord], free: float, per_key: Counter[str | None]
-    ) -> tuple[list[RunRecord], bool]:
-        """The runs of ``line`` to admit now, with ``free`` slots (``per_key`` taken per
-        key), and whether a limit stopped the pick."""
+    def _pick(self, room: _Room) -> tuple[list[RunRecord], bool]:
+        """The runs of the room's line to admit now, within its free slots and each
+        key's limits, and whether a limit stopped the pick."""
         key_limit = self.limits.key_concurrency
+        per_key, free, rates = room.per_key, room.free, room.key_rates
         picked: list[RunRecord] = []
+        by_key: Counter[str | None] = Counter()
         full = False
-        for run in line:
+        for run in room.line:
             if free <= 0:
                 full = True
                 break
-            if key_limit is not None:
-                if per_key[run.queue_key] >= key_limit:
-                    full = True  # this key waits; runs of other keys may go past it
-                    continue
-                per_key[run.queue_key] += 1
+            key = run.queue_key
+            if (key_limit is not None and per_key[key] >= key_limit) or (
+                rates is not None and not rates.room(key, by_key)
+            ):
+                full = True  # this key waits; runs of other keys may go past it
+                continue
+            per_key[key] += 1
+            by_key[key] += 1
             picked.append(run)
             free -= 1
         return picked, full
@@ -259,30 +289,6 @@ class Admitter:
         # The window frees slots when its oldest entry leaves it.
         frees_in = (window[0][0] + timedelta(seconds=rate.per) - now).total_seconds()
         self._next_at = time.monotonic() + max(0.0, frees_in) + 0.001
-
-
-def _live_window(
-    window: list[tuple[datetime, int]], now: datetime, rate: Rate | None
-) -> list[tuple[datetime, int]]:
-    """The entries of ``window`` still inside the rate window that ends at ``now``."""
-    if rate is None:
-        return []
-    since = now - timedelta(seconds=rate.per)
-    return [(t, n) for t, n in window if t > since]
-
-
-def _window_with(
-    window: list[tuple[datetime, int]], now: datetime, admitted: int
-) -> list[tuple[datetime, int]]:
-    """``window`` with ``admitted`` admissions at ``now``, in at most
-    :data:`WINDOW_ENTRIES` entries: the two entries closest in time merge into one at
-    the later time (so each admission is counted at least as long as its own time
-    says: merging may delay an admission, never allow one too many)."""
-    entries = sorted([*window, (now, admitted)])
-    while len(entries) > WINDOW_ENTRIES:
-        i = min(range(len(entries) - 1), key=lambda j: entries[j + 1][0] - entries[j][0])
-        entries[i : i + 2] = [(entries[i + 1][0], entries[i][1] + entries[i + 1][1])]
-    return entries
 
 
 def _count_minutes(
