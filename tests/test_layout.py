@@ -47,6 +47,8 @@ LAYERS: list[set[str]] = [
         "common.outages",
     },
     {
+        "run.mismatch",
+        "fleet.schemas",
         "run.keys",
         "run.journal_room",
         "common.periodic",
