@@ -46,7 +46,7 @@ from benchmarks.report import save
 from benchmarks.report_markdown import full_markdown
 from benchmarks.results import Results
 
-WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6", "S1", "Q1", "T1", "A1")
+WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6", "S1", "Q1", "Q2", "T1", "A1")
 SYSTEMS = ("memory", "mongo", "dbos")
 DBOS_WORKLOADS = ("W1", "W2", "W3", "W4")
 
@@ -317,6 +317,13 @@ class Suite:
                     self.progress.step()
                 self.results.summaries.append(summarise("Q1", kind, variant, [measured]))
 
+    async def q2(self) -> None:
+        """Flow control per key on MongoStore: see :mod:`benchmarks.flow_keys`."""
+        from benchmarks.flow_keys import measure_all
+
+        if "mongo" in self.systems and self.uri is not None:
+            await measure_all(self.uri, self.z, self.progress, self._failed, self.results.summaries)
+
     async def t1(self) -> None:
         """Streams on MongoStore: see :mod:`benchmarks.streams` (one repetition each)."""
         from benchmarks.streams import measure_all
@@ -381,6 +388,8 @@ class Suite:
                 await self.s1()
             elif workload == "Q1":
                 await self.q1()
+            elif workload == "Q2":
+                await self.q2()
             elif workload == "T1":
                 await self.t1()
             elif workload == "A1":
