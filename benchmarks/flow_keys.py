@@ -12,11 +12,11 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from benchmarks.admission import admission_rate
-from benchmarks.common import Measurement, Sizes, Summary, open_store, summarise
+from benchmarks.common import Measurement, Sizes, Summary, measure_parts, open_store
 from benchmarks.numbers import num
 from benchmarks.results import Results
 from engine_core import Engine, WorkflowContext
@@ -56,7 +56,7 @@ async def debounced_starts(uri: str, starts: int) -> Measurement:
     )
 
 
-def variants(sizes: Sizes, uri: str) -> list[tuple[str, Callable[[], Any]]]:
+def variants(sizes: Sizes, uri: str) -> list[tuple[str, Callable[[], Awaitable[Measurement]]]]:
     """Q2's variants: (name, measurement to await)."""
     depth = sizes.q1_depth
     fifo, fair = (
@@ -78,16 +78,7 @@ async def measure_all(
     into: list[Summary],
 ) -> None:
     """The suite's Q2: each variant once, its summary appended to ``into``."""
-    for variant, fn in variants(sizes, uri):
-        progress.stage(f"Q2 mongo {variant}")
-        try:
-            measured = await fn()
-        except Exception as exc:
-            failed(f"Q2 mongo {variant}", exc)
-            continue
-        finally:
-            progress.step()
-        into.append(summarise("Q2", "mongo", variant, [measured]))
+    await measure_parts("Q2", variants(sizes, uri), progress, failed, into)
 
 
 def q2_rows(results: Results) -> list[tuple[str, str, str, str, str, str, str, str]]:

@@ -162,13 +162,28 @@ async def _store(request: pytest.FixtureRequest, server: str, name: str) -> tupl
     return uri, store
 
 
+async def _raced(
+    request: pytest.FixtureRequest,
+    server: str,
+    log: Path,
+    job: str,
+    processes: int,
+    *,
+    serve_s: float,
+) -> MongoStore:
+    """``processes`` processes doing ``job`` at once on a fresh database, then serving
+    for ``serve_s``; a store on that database once they have all exited."""
+    uri, store = await _store(request, server, job)
+    _join(_race(uri, str(log), job, processes, serve_s))
+    return store
+
+
 @pytest.mark.parametrize("server", SERVERS)
 async def test_debounced_starts_from_three_serving_processes(
     request: pytest.FixtureRequest, server: str, tmp_path: Path
 ) -> None:
-    uri, store = await _store(request, server, "deb")
     log = tmp_path / "log.jsonl"
-    _join(_race(uri, str(log), "debounce", 3, 3.0))
+    store = await _raced(request, server, log, "debounce", 3, serve_s=3.0)
     client = Engine(store)
     client.workflow("echo")(lambda ctx, data: data)
     starts = [e for e in _read(log) if e["edge"] == "start"]
@@ -195,9 +210,8 @@ async def test_debounced_starts_from_three_serving_processes(
 async def test_concurrent_cancel_starts_from_four_processes_leave_one_live_run(
     request: pytest.FixtureRequest, server: str, tmp_path: Path
 ) -> None:
-    uri, store = await _store(request, server, "dup")
     log = tmp_path / "log.jsonl"
-    _join(_race(uri, str(log), "cancel", 4, 0.0))
+    store = await _raced(request, server, log, "cancel", 4, serve_s=0.0)
     started = {e["run"] for e in _read(log) if e["edge"] == "start"}
     assert len(started) == 40
     runs = await store.get_runs(sorted(started))
@@ -209,59 +223,50 @@ async def test_concurrent_cancel_starts_from_four_processes_leave_one_live_run(
     await store.close()
 
 
-async def _queued(
-    store: MongoStore, log: Path, queue: str, keys: list[tuple[str, int]]
-) -> list[str]:
+async def _served(
+    request: pytest.FixtureRequest, server: str, log: Path, queue: str, keys: list[tuple[str, int]]
+) -> list[dict[str, Any]]:
+    """Start ``count`` runs of each key on ``queue`` (nothing serving yet), serve them
+    from three processes until every one has ended; what the processes logged."""
+    uri, store = await _store(request, server, queue)
     client = _engine(store, str(log))
     ids = []
     for key, count in keys:
         for n in range(count):
             data = {"n": f"{key}{n}", "key": key}
             ids.append(await client.start("tenant", data, queue=queue, key=key))
-    return ids
+    procs, _line = _race(uri, str(log), "serve", 3, 60.0)
+    try:
+        await asyncio.gather(*(client.result(r, timeout=90) for r in ids))
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.join(timeout=30)
+        await store.close()
+    return _read(log)
 
 
 @pytest.mark.parametrize("server", SERVERS)
 async def test_three_processes_admit_a_fair_queue_keys_in_turn(
     request: pytest.FixtureRequest, server: str, tmp_path: Path
 ) -> None:
-    uri, store = await _store(request, server, "fair")
-    log = tmp_path / "log.jsonl"
-    ids = await _queued(store, log, "fair", [("busy", 12), ("x", 3), ("y", 3)])
-    procs, _line = _race(uri, str(log), "serve", 3, 60.0)
-    client = Engine(store)
-    try:
-        await asyncio.gather(*(client.result(r, timeout=90) for r in ids))
-    finally:
-        for proc in procs:
-            proc.kill()
-            proc.join(timeout=30)
-    began = sorted((e for e in _read(log) if e["edge"] == "in"), key=lambda e: e["at"])
+    logged = await _served(request, server, tmp_path / "log.jsonl", "fair",
+                           [("busy", 12), ("x", 3), ("y", 3)])  # fmt: skip
+    began = sorted((e for e in logged if e["edge"] == "in"), key=lambda e: e["at"])
     order = list(dict.fromkeys(e["n"] for e in began))
     assert len(order) == 18
     # Turn by turn: each of the first three turns takes one run of each key.
     for turn in range(3):
         assert sorted(order[3 * turn : 3 * turn + 3]) == [f"busy{turn}", f"x{turn}", f"y{turn}"]
-    await store.close()
 
 
 @pytest.mark.parametrize("server", SERVERS)
 async def test_three_processes_keep_a_key_rate(
     request: pytest.FixtureRequest, server: str, tmp_path: Path
 ) -> None:
-    uri, store = await _store(request, server, "rate")
-    log = tmp_path / "log.jsonl"
-    ids = await _queued(store, log, "rated", [("a", 8), ("b", 4)])
-    procs, _line = _race(uri, str(log), "serve", 3, 60.0)
-    client = Engine(store)
-    try:
-        await asyncio.gather(*(client.result(r, timeout=90) for r in ids))
-    finally:
-        for proc in procs:
-            proc.kill()
-            proc.join(timeout=30)
+    logged = await _served(request, server, tmp_path / "log.jsonl", "rated", [("a", 8), ("b", 4)])
     admitted: dict[str, dict[str, Any]] = {}
-    for e in _read(log):
+    for e in logged:
         if e["edge"] == "admitted":
             admitted.setdefault(e["run"], e)
     for key, total in (("a", 8), ("b", 4)):
@@ -269,4 +274,3 @@ async def test_three_processes_keep_a_key_rate(
         assert len(times) == total
         # At most 3 admissions of a key in any 2 s window, judged across all processes.
         assert all(times[i + 3] - times[i] >= 2.0 for i in range(len(times) - 3)), times
-    await store.close()
