@@ -149,7 +149,7 @@ class QueueState:
     turn: int = 0
     #: With ``key_rate``: admissions per key that the keys' windows
     #: (:class:`KeyWindow`) may not hold yet, as (key, time, count, the state version
-    #: that admitted them), one entry per key at most (see ``engine_core.flow.key_rates``).
+    #: that admitted them), one entry per key at most (see ``engine_core.flow.rate_windows``).
     key_unsaved: list[tuple[str | None, datetime, int, int]] = field(default_factory=list)
 
 
