@@ -268,6 +268,28 @@ async def test_key_rate_spaces_the_admissions_of_each_key(store: Store) -> None:
     assert all(a_times[i + 2] - a_times[i] >= 0.5 for i in range(len(a_times) - 2))
 
 
+@pytest.mark.parametrize("limit", [{"key_rate": "1/1h"}, {"key_concurrency": 1}])
+async def test_a_key_at_its_limit_does_not_hold_back_keys_behind_a_full_page(
+    store: Store, limit: dict[str, Any]
+) -> None:
+    engines = fast(store), Engine(store)
+    for engine in engines:
+        register_waiter(engine)  # "sub" waits for an event: an admitted run holds its key
+        engine.queue("busy-first", **limit)
+    worker, client = engines
+    # More runs of the busy key than one round reads (BATCH), all started first.
+    busy = [await client.start("sub", n, queue="busy-first", key="busy") for n in range(150)]
+    other = await client.start("sub", "other", queue="busy-first", key="other")
+    async with worker:
+        for _ in range(500):
+            if (await worker.status(other)).status != "queued":
+                break
+            await asyncio.sleep(0.02)
+        assert (await worker.status(other)).status == "running"
+        statuses = [(await worker.status(r)).status for r in busy]
+    assert statuses.count("queued") == 149  # the busy key's limit still holds
+
+
 async def test_a_fair_queue_takes_the_keys_in_turn(store: Store) -> None:
     log: list[tuple[Any, float]] = []
     engine = fast(store)

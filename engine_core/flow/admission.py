@@ -63,7 +63,7 @@ from engine_core.flow.rate_windows import (
     read_key_rates,
     window_with,
 )
-from engine_core.records import TERMINAL, QueueState, RunRecord, utcnow
+from engine_core.records import TERMINAL, LinePage, QueueState, RunRecord, utcnow
 from engine_core.store import Store
 
 __all__ = ["BATCH", "WINDOW_ENTRIES", "Admission", "Admitter"]
@@ -73,6 +73,10 @@ log = logging.getLogger("engine_core.flow.admission")
 #: Runs admitted by one round at most; also how much of the line a round reads, and
 #: how many runs a queue's state holds reserved at most.
 BATCH = 100
+#: Pages of :data:`BATCH` runs a round reads at most when runs of keys at their limit
+#: (``key_concurrency``, ``key_rate``) fill the head of the line while slots are free:
+#: the runs of other keys behind them are admitted, up to this deep.
+KEY_PAGES = 10
 #: How often an admitter looks at its line with nothing telling it to.
 POLL_S = 1.0
 #: How long a poked admitter waits for more pokes before its round.
@@ -154,7 +158,7 @@ class Admitter:
             return len(line) == BATCH
         state = await self.store.get_queue_state(limits.name) or QueueState(limits.name)
         now = utcnow()
-        room = await self._room(state, line, now)
+        room = await self._deeper(state, line, now)
         picked, full = self._pick(room)
         if not picked:
             if room.waiting:
@@ -182,7 +186,23 @@ class Admitter:
             windows = rates.windows_to_save(by_key, now, unsaved)
             await self.store.save_key_windows(limits.name, windows, version=saved.version)
         await self._admit(room.waiting + picked)
-        return not full and len(room.line) == BATCH
+        return not full and len(room.line) >= BATCH
+
+    async def _deeper(self, state: QueueState, line: list[RunRecord], now: datetime) -> _Room:
+        """The room for ``line``, read further down the line (up to :data:`KEY_PAGES`
+        pages) while runs of keys at their limit fill it and slots are free."""
+        room = await self._room(state, line, now)
+        for _ in range(KEY_PAGES - 1):
+            if not _keys_held_back(room, self._pick(room)[0]) or len(line) % BATCH:
+                break
+            last = line[-1]
+            after = LinePage(last.priority, last.created_at, last.run_id, last.queue_turn)
+            more = await self.store.queued_runs(self.limits.name, limit=BATCH, after=after)
+            if not more:
+                break
+            line = line + more
+            room = await self._room(state, line, now)
+        return room
 
     async def _room(self, state: QueueState, line: list[RunRecord], now: datetime) -> _Room:
         """What the limits leave for ``line`` (the head of the queue's line) as ``state``
@@ -230,7 +250,7 @@ class Admitter:
         """The runs of the room's line to admit now, within its free slots and each
         key's limits, and whether a limit stopped the pick."""
         key_limit = self.limits.key_concurrency
-        per_key, free, rates = room.per_key, room.free, room.key_rates
+        per_key, free, rates = Counter(room.per_key), room.free, room.key_rates
         picked: list[RunRecord] = []
         by_key: Counter[str | None] = Counter()
         full = False
@@ -289,6 +309,12 @@ class Admitter:
         # The window frees slots when its oldest entry leaves it.
         frees_in = (window[0][0] + timedelta(seconds=rate.per) - now).total_seconds()
         self._next_at = time.monotonic() + max(0.0, frees_in) + 0.001
+
+
+def _keys_held_back(room: _Room, picked: list[RunRecord]) -> bool:
+    """Whether a round left runs of its line behind for their keys' limits while it
+    had slots to spare."""
+    return len(picked) < min(room.free, len(room.line))
 
 
 def _count_minutes(
