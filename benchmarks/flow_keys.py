@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from benchmarks.admission import admission_rate
-from benchmarks.common import Measurement, Sizes, Summary, measure_parts, open_store
+from benchmarks.common import FULL, Measurement, Sizes, Summary, measure_parts, open_store
 from benchmarks.numbers import num
 from benchmarks.results import Results
 from engine_core import Engine, WorkflowContext
@@ -72,10 +72,11 @@ def variants(sizes: Sizes, uri: str) -> list[tuple[str, Callable[[], Awaitable[M
 
 async def measure_all(
     uri: str,
-    sizes: Sizes,
     progress: Any,
     failed: Callable[[str, BaseException], None],
     into: list[Summary],
+    *,
+    sizes: Sizes = FULL,
 ) -> None:
     """The suite's Q2: each variant once, its summary appended to ``into``."""
     await measure_parts("Q2", variants(sizes, uri), progress, failed, into)

@@ -66,6 +66,8 @@ def plan_units(sizes: Sizes, workloads: list[str], systems: list[str]) -> int:
             units += 3 * ("mongo" in systems)
         elif w == "T1":
             units += 3 * ("mongo" in systems)
+        elif w == "U1":
+            units += "mongo" in systems
         elif w == "A1":
             units += reps * (("memory" in systems) + ("mongo" in systems))
     return units

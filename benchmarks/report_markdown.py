@@ -249,6 +249,23 @@ def _rows(r: Results) -> list[Row]:
         if t1 is not None:
             rows.append((title, unit, "—", render(t1), "—", "—", "—", "—"))
 
+    # U1: an update's round trip.
+    u1 = r.get("U1", "mongo", "round trip")
+    if u1 is not None:
+        e = u1.extra
+        rows.append(
+            (
+                "U1: an update's round trip (caller → parked run → reply → caller)",
+                f"ms p50 ({X} floor); the trip's commands (before the answer, in all)",
+                "—",
+                f"{num(e.get('p50_ms', 0))} ({num(e.get('p50_over_floor', 0))}{X}); "
+                f"{num(e.get('round_trip_commands', 0))} "
+                f"({num(e.get('commands_before_answer', 0))}, "
+                f"{num(e.get('commands_in_all', 0))})",
+                "—", "—", "—", "—",
+            )
+        )  # fmt: skip
+
     # A1: a durable agent against plain steps.
     a1_cells = [
         _two(r.get("A1", system), "extra_cpu_ms", "cpu_ms") for system in ("memory", "mongo")

@@ -46,7 +46,9 @@ from benchmarks.report import save
 from benchmarks.report_markdown import full_markdown
 from benchmarks.results import Results
 
-WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6", "S1", "Q1", "Q2", "T1", "A1")
+WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6", "S1", "Q1", "Q2", "T1", "U1", "A1")
+#: The workloads that run on MongoStore alone, and the module that measures each.
+MONGO_ONLY = {"Q2": "benchmarks.flow_keys", "T1": "benchmarks.streams", "U1": "benchmarks.updates"}
 SYSTEMS = ("memory", "mongo", "dbos")
 DBOS_WORKLOADS = ("W1", "W2", "W3", "W4")
 
@@ -317,19 +319,16 @@ class Suite:
                     self.progress.step()
                 self.results.summaries.append(summarise("Q1", kind, variant, [measured]))
 
-    async def q2(self) -> None:
-        """Flow control per key on MongoStore: see :mod:`benchmarks.flow_keys`."""
-        from benchmarks.flow_keys import measure_all
-
+    async def mongo_only(self, workload: str) -> None:
+        """A MongoStore-only workload, each part once: T1 streams
+        (:mod:`benchmarks.streams`), Q2 flow control per key (:mod:`benchmarks.flow_keys`),
+        U1 an update's round trip (:mod:`benchmarks.updates`)."""
         if "mongo" in self.systems and self.uri is not None:
-            await measure_all(self.uri, self.z, self.progress, self._failed, self.results.summaries)
-
-    async def t1(self) -> None:
-        """Streams on MongoStore: see :mod:`benchmarks.streams` (one repetition each)."""
-        from benchmarks.streams import measure_all
-
-        if "mongo" in self.systems and self.uri is not None:
-            await measure_all(self.uri, self.progress, self._failed, self.results.summaries)
+            measure_all = importlib.import_module(MONGO_ONLY[workload]).measure_all
+            sized = {"sizes": self.z} if workload == "Q2" else {}
+            await measure_all(
+                self.uri, self.progress, self._failed, self.results.summaries, **sized
+            )
 
     async def a1(self) -> None:
         """A durable pydantic-ai agent against plain steps (:mod:`benchmarks.agents`)."""
@@ -388,10 +387,8 @@ class Suite:
                 await self.s1()
             elif workload == "Q1":
                 await self.q1()
-            elif workload == "Q2":
-                await self.q2()
-            elif workload == "T1":
-                await self.t1()
+            elif workload in MONGO_ONLY:
+                await self.mongo_only(workload)
             elif workload == "A1":
                 await self.a1()
         self.results.runtime_s = time.perf_counter() - began

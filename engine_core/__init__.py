@@ -40,6 +40,8 @@ from engine_core.errors import (
     StreamClosedError,
     StreamConflictError,
     StreamTooLargeError,
+    UpdateAlreadyAnsweredError,
+    UpdateRejectedError,
     WorkflowDeadlineExceededError,
     WorkflowNotRegisteredError,
     WorkflowRunCancelledError,
@@ -52,6 +54,7 @@ from engine_core.run.bulk import BulkReport
 from engine_core.run.context import WorkflowContext
 from engine_core.run.fork import UNCHANGED
 from engine_core.run.step_info import StepInfo, current_step
+from engine_core.run.update_request import UpdateRequest
 from engine_core.schedules.times import Schedule
 from engine_core.store import Store
 from engine_core.streams import StreamEntry
@@ -96,6 +99,9 @@ __all__ = [
     "StreamTooLargeError",
     "TimelineEntry",
     "TraceIdFilter",
+    "UpdateAlreadyAnsweredError",
+    "UpdateRejectedError",
+    "UpdateRequest",
     "Worker",
     "WorkflowContext",
     "WorkflowDeadlineExceededError",

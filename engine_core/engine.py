@@ -46,6 +46,7 @@ from engine_core.front.host import Host
 from engine_core.front.repair_api import MAX_FORKS, RepairApi
 from engine_core.front.schedule_api import ScheduleApi
 from engine_core.front.starting import start_run
+from engine_core.front.talk_api import TalkApi
 from engine_core.mirror import RunMirror
 from engine_core.records import (
     TERMINAL,
@@ -66,7 +67,7 @@ T = TypeVar("T")
 MAX_LIST = 10_000
 
 
-class Engine(ScheduleApi, RepairApi):
+class Engine(ScheduleApi, RepairApi, TalkApi):
     """A durable workflow engine over a :class:`~engine_core.store.Store`."""
 
     def __init__(
@@ -280,14 +281,15 @@ class Engine(ScheduleApi, RepairApi):
     async def status(self, run_id: str) -> RunStatus:
         """The run's status, with each step folded to its latest attempt."""
         check_run_id(run_id)
-        # The three reads go out together: one round trip of waiting, not three.
-        run, steps, forks = await asyncio.gather(
+        # The reads go out together: one round trip of waiting, not four.
+        run, steps, forks, values = await asyncio.gather(
             self._call(lambda: self._control.get(run_id)),
             self._call(lambda: self.store.load_steps(run_id)),
             self._call(lambda: self.store.list_forks(run_id, limit=MAX_FORKS)),
+            self._call(lambda: self.store.list_values(run_id)),
         )
         status = fold_status(run, steps)
-        return replace(status, forks=len(forks)) if forks else status
+        return replace(status, forks=len(forks), values={v.key: v.value for v in values})
 
     def read_stream(
         self, run_id: str, key: str, offset: int = 0, timeout: Duration | None = None

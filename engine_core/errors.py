@@ -49,8 +49,9 @@ class StepNotFoundError(EngineError, ValueError):
 
 
 class RunNotActiveError(EngineError):
-    """The run has ended (completed, failed, cancelled, ...): it takes no more events.
-    Nothing was stored."""
+    """The run has ended (completed, failed, cancelled, ...): it takes no more events or
+    updates (nothing was stored), or it ended without setting the value asked for or
+    without answering the update waited for."""
 
     def __init__(self, message: str, *, run_id: str = "", status: str = ""):
         super().__init__(message)
@@ -174,3 +175,19 @@ class StreamConflictError(EngineError, ValueError):
     """A workflow body's stream position holds an entry a step wrote: the body and its
     steps must write different streams (a body's positions are its own, counted again on
     each replay)."""
+
+
+class UpdateRejectedError(EngineError, ValueError):
+    """The run rejected the update (``req.reject(reason)`` in its body); ``.reason``
+    holds why. Asking again with the same ``update_id`` raises it again."""
+
+    def __init__(self, message: str, *, reason: str = "", update_id: str = "", run_id: str = ""):
+        super().__init__(message)
+        self.reason = reason
+        self.update_id = update_id
+        self.run_id = run_id
+
+
+class UpdateAlreadyAnsweredError(EngineError, RuntimeError):
+    """A workflow body answered an update it had answered already (a second ``reply``
+    or ``reject``): an update is answered once. Nothing more was stored."""

@@ -20,7 +20,9 @@ RunState = Literal[
     "compensation_failed",
 ]
 StepState = Literal["pending", "running", "scheduled", "succeeded", "failed"]
-StepKind = Literal["inline", "dispatch", "sleep", "event", "child", "compensation", "patch"]
+StepKind = Literal[
+    "inline", "dispatch", "sleep", "event", "child", "compensation", "patch", "update", "reply"
+]
 
 #: A run in one of these states is owed passes: its body still has work to do.
 ACTIVE: tuple[RunState, ...] = ("running", "compensating")
@@ -249,6 +251,50 @@ class EventRecord:
     payload: Any
     created_at: datetime
     consumed_by: str | None = None
+
+
+@dataclass
+class ValueRecord:
+    """A value a run published (``ctx.set_value``): the latest ``value`` of ``key``, when
+    it was written, and ``marks``: for each branch of the body that wrote the key (its
+    path, "" for the body itself), the position of its last write there (0 for its
+    first ``set_value`` of the key, 1 for its second...), so a replay writes nothing
+    it wrote before (see ``engine_core.run.values``)."""
+
+    run_id: str
+    key: str
+    value: Any
+    written_at: datetime
+    marks: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class UpdateRecord:
+    """An update sent to a run (``engine.update``), kept until a wait of its ``name``
+    consumes it (oldest ``seq`` first), and, once the run answered, its ``answer``:
+    ``{"value": reply}`` or ``{"rejected": reason}``."""
+
+    run_id: str
+    update_id: str
+    name: str
+    payload: Any
+    created_at: datetime
+    #: Sorts updates in the order they were sent (consumed oldest first).
+    seq: str
+    consumed_by: str | None = None
+    answer: dict[str, Any] | None = None
+    answered_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class UpdateSubmission:
+    """What ``Store.submit_update`` did: ``kept`` the update (and marked its run owed a
+    pass); or found ``existing``, the update of that id kept already (nothing stored);
+    or neither, the run being ended (``run_status``) or missing (``run_status`` None)."""
+
+    kept: bool
+    existing: UpdateRecord | None = None
+    run_status: str | None = None
 
 
 @dataclass(frozen=True)

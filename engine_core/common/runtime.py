@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from engine_core.common.durations import Duration, parse_duration
 from engine_core.common.outages import Outages
 from engine_core.mirror import RunMirror
-from engine_core.records import RunRecord, StepRecord
+from engine_core.records import RunRecord, StepRecord, UpdateRecord
 
 #: ``async def fn(ctx, input)``: a registered workflow body.
 WorkflowFn = Callable[[Any, Any], Awaitable[Any]]
@@ -175,6 +175,13 @@ class Runtime(Protocol):
     def run_settled(self, run: RunRecord) -> None:
         """``run`` reached a terminal status in this process: wake its waiters (and its
         queue's admitter: a slot may have freed)."""
+
+    def value_written(self, run_id: str) -> None:
+        """A value of the run landed, written here: wake the readers waiting here."""
+
+    def update_answered(self, update: UpdateRecord) -> None:
+        """This process answered ``update`` (durably): hand the answer to the callers
+        waiting for it here."""
 
     def reentered(self, run: RunRecord) -> None:
         """``run`` went live again (a retry): arm its deadline here, and tell its

@@ -19,7 +19,8 @@ class StepStatus:
     attempts: int
     result: Any = None
     error: dict[str, Any] | None = None
-    #: What the step is: inline, dispatch, sleep, event, child or compensation.
+    #: What the step is: inline, dispatch, sleep, event, update (a wait for one), reply
+    #: (an update's answer), child, compensation or patch.
     kind: str | None = None
     #: For a ``scheduled`` step, what it waits for, in words: "event 'approval'",
     #: "sleep until 2026-12-03T10:00:00Z", "child run 'x'", "a worker to run 'f'"...
@@ -62,6 +63,9 @@ class RunStatus:
     #: How many forks were made of this run (``engine.status`` counts them; a listing
     #: leaves 0). ``engine.list_forks`` lists them.
     forks: int = 0
+    #: The values the run published (``ctx.set_value``), the latest of each key, by key
+    #: (``engine.status`` reads them; a listing leaves them empty).
+    values: dict[str, Any] = field(default_factory=dict)
     #: The patches the run took (``ctx.patched`` returned True and left a marker), by
     #: id, in the order it reached them; the markers are not steps.
     patches: list[str] = field(default_factory=list)
@@ -162,8 +166,8 @@ def _waiting_for(step: StepRecord) -> str | None:
     if step.status != "scheduled":
         return None
     due = _moment(step.due_at)
-    if step.kind == "event":
-        what = f"event {step.event!r}"
+    if step.kind in ("event", "update"):
+        what = f"{step.kind} {step.event!r}"
         return f"{what} (times out at {due})" if due else what
     if step.kind == "sleep":
         return f"sleep until {due}" if due else "sleep"

@@ -55,6 +55,7 @@ class Worker:
         self._stopping = False
         self._loop_task: asyncio.Task[None] | None = None
         self._hint_task: asyncio.Task[None] | None = None
+        self._update_task: asyncio.Task[None] | None = None
         self._jobs: set[asyncio.Task[None]] = set()
         self._claimed: set[tuple[str, str]] = set()
         # Attempts whose body began here and whose outcome is not recorded yet (the
@@ -70,15 +71,19 @@ class Worker:
         self._wake.set()
 
     def start(self) -> None:
-        """Start polling for jobs of the step functions this process serves (and watching
-        for new ones where the store can hint)."""
+        """Start polling for jobs of the step functions this process serves and for
+        passes owed to runs of its workflows (and watching for new jobs, and for updates
+        sent to runs, where the store can hint)."""
         self._loop_task = asyncio.ensure_future(self._run())
         hints = self.store.job_hints() if self.runtime.step_function_names() else None
         if hints is not None:
             self._hint_task = asyncio.ensure_future(self._follow(hints))
+        updates = self.store.update_hints() if self.runtime.workflow_names() else None
+        if updates is not None:
+            self._update_task = asyncio.ensure_future(self._follow(updates))
 
     async def _follow(self, hints: AsyncIterator[None]) -> None:
-        """Wake on every hint that a job was inserted somewhere."""
+        """Wake on every hint that a job was inserted, or an update sent, somewhere."""
         async for _ in hints:
             self.wake()
 
@@ -86,7 +91,7 @@ class Worker:
         """Stop claiming; give running jobs ``grace`` seconds to finish, then cancel them."""
         self._stopping = True
         self._wake.set()
-        await cancel_and_wait(self._loop_task, self._hint_task)
+        await cancel_and_wait(self._loop_task, self._hint_task, self._update_task)
         if self._jobs and grace > 0:
             await asyncio.wait(list(self._jobs), timeout=grace)
         await abandon(self._jobs, "dispatched steps")

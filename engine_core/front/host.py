@@ -22,6 +22,7 @@ from engine_core.common.tasks import abandon
 from engine_core.fleet.recovery import WorkflowRecovery
 from engine_core.fleet.registry import FleetView, Registry, describe
 from engine_core.fleet.schemas import input_schemas
+from engine_core.fleet.talk_waiters import TalkWaiters
 from engine_core.fleet.timers import Timers
 from engine_core.fleet.waiters import RunWaiters
 from engine_core.fleet.worker import Worker
@@ -31,7 +32,7 @@ from engine_core.flow.queue_slots import QueueSlots
 from engine_core.flow.queues import QueueLimits, add_queue
 from engine_core.flow.run_timers import RunTimers
 from engine_core.mirror import RunMirror
-from engine_core.records import TERMINAL, RunRecord
+from engine_core.records import TERMINAL, RunRecord, UpdateRecord
 from engine_core.records import Worker as WorkerRecord
 from engine_core.run.context import mark_registered
 from engine_core.run.control import RunControl
@@ -89,6 +90,8 @@ class Host:
             store_timeout=config.store_timeout,
             outages=self._outages,
         )
+        #: This process's callers waiting for values and answers.
+        self.talk = TalkWaiters(store)
         self._serving = False
         self._closing = False
         self.control = RunControl(store, self)
@@ -144,6 +147,7 @@ class Host:
         would cost an attempt when another process takes it back."""
         self._serving = False
         self._closing = True
+        self.talk.close()
         loop = asyncio.get_running_loop()
         ends = loop.time() + self._config.shutdown_grace
         if self.recovery is not None:
@@ -354,8 +358,17 @@ class Host:
         self._timers.cancel_run(run.run_id)
         self.run_timers.ended(run.run_id)
         self.waiters.settled(run)
+        self.talk.wake(run.run_id, ended=True)
         if run.queue is not None:
             self.joined_line(run.queue)  # a slot may have freed
+
+    def value_written(self, run_id: str) -> None:
+        """A value of the run landed, written here: wake the readers waiting here."""
+        self.talk.wake(run_id)
+
+    def update_answered(self, update: UpdateRecord) -> None:
+        """This process answered ``update``: hand the answer to its callers here."""
+        self.talk.wake(update.run_id, update)
 
     def reentered(self, run: RunRecord) -> None:
         """``run`` was put back to run (a retry, a resume, a fork): arm its deadline and

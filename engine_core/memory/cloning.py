@@ -15,6 +15,8 @@ from engine_core.records import (
     RunRecord,
     ScheduleRecord,
     StepRecord,
+    UpdateRecord,
+    ValueRecord,
 )
 
 _T = TypeVar("_T")
@@ -32,6 +34,8 @@ _RECORDS: frozenset[type] = frozenset(
         Lease,
         QueueState,
         ScheduleRecord,
+        UpdateRecord,
+        ValueRecord,
     }
 )
 

@@ -18,6 +18,7 @@ from engine_core.memory.flow import FlowMemory
 from engine_core.memory.flow_keys import FlowKeyMemory
 from engine_core.memory.steps import StepMemory
 from engine_core.memory.streams import StreamMemory
+from engine_core.memory.talk import TalkMemory
 from engine_core.memory.workers import WorkerMemory
 from engine_core.records import (
     ACTIVE,
@@ -36,7 +37,13 @@ from engine_core.records import (
 
 
 class InMemoryStore(
-    StepMemory, EventLeaseMemory, FlowMemory, FlowKeyMemory, WorkerMemory, StreamMemory
+    StepMemory,
+    EventLeaseMemory,
+    FlowMemory,
+    FlowKeyMemory,
+    WorkerMemory,
+    StreamMemory,
+    TalkMemory,
 ):
     """A single-process store that keeps everything in dicts."""
 
@@ -434,6 +441,7 @@ class InMemoryStore(
         self._scheduled = None
         self._events = [e for e in self._events if e.run_id not in gone]
         self._drop_streams(gone)
+        self._drop_talk(gone)
         return len(doomed)
 
     # ---- operating (the dashboard) ----------------------------------------------

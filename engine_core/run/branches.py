@@ -311,6 +311,19 @@ class StepNames:
             made_after=branch.made_after,
         )
 
+    def place(self, name: str) -> tuple[str, int]:
+        """Where this call of ``name`` is made, counted as a step's key is but apart from
+        the steps' (``name`` holds a NUL, which no step name does): the path of the
+        branch whose ordinals it takes ("" for the body itself) and its ordinal there.
+        Raises :class:`Ambiguous` as :meth:`key` does."""
+        if self.scheme < 3:
+            seen = self._plain.get(name, 0)
+            self._plain[name] = seen + 1
+            return "", seen
+        branch, task, named = here(self.root)
+        names = branch.names
+        return names.path, names.ordinal(name, task, named)
+
     def by_branch(self) -> StepNames | None:
         """Itself, when the run's keys count by branch (scheme 3): divergence is then
         judged branch by branch (``engine_core.run.branch_order``)."""

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from typing import (
     Any,
     Literal,
@@ -11,17 +10,16 @@ from typing import (
     Protocol,
     TypeVar,
     TypeVarTuple,
-    cast,
     overload,
 )
 
 from engine_core.common.convert import declared_return
 from engine_core.common.durations import Duration
-from engine_core.common.outages import StoreDown
 from engine_core.common.values import check_name
-from engine_core.errors import StoreUnavailableError
-from engine_core.run.branches import StepNames, mark_call
+from engine_core.run.branches import StepNames
+from engine_core.run.calls import checkpointed
 from engine_core.run.mismatch import as_declared
+from engine_core.run.update_request import UpdateRequest
 
 
 class StepRunner(Protocol):
@@ -74,6 +72,12 @@ class StepRunner(Protocol):
 
     async def write_stream(self, key: str, value: Any, *, closed: bool = False) -> None: ...
 
+    async def set_value(self, key: str, value: Any) -> None: ...
+
+    async def update_step(
+        self, name: str, timeout: Duration | None
+    ) -> UpdateRequest[Any] | None: ...
+
     @property
     def names(self) -> StepNames:
         """How the body's calls are keyed, branch by branch (``engine_core.run.branches``)."""
@@ -86,29 +90,6 @@ _R = TypeVar("_R")
 _A = TypeVar("_A")
 _P = ParamSpec("_P")
 _Ts = TypeVarTuple("_Ts")
-
-
-def _checkpointed(
-    method: Callable[_P, Coroutine[Any, Any, _T]],
-) -> Callable[_P, Coroutine[Any, Any, _T]]:
-    """A call on the context (a method of :class:`WorkflowContext`): the tasks made
-    while it runs are not the body's (see ``engine_core.run.branches``), and a store
-    outage met inside it ends the pass (to be given again once the store is back)
-    instead of surfacing as the workflow's own exception."""
-
-    @functools.wraps(method)
-    async def call(*args: _P.args, **kwargs: _P.kwargs) -> _T:
-        branch = cast(WorkflowContext, args[0])._pass.names.begin_call()
-        try:
-            return await method(*args, **kwargs)
-        except StoreUnavailableError as exc:
-            raise StoreDown() from exc
-        finally:
-            if branch is not None:
-                branch.end_call()
-
-    mark_call(call)
-    return call
 
 
 _Out = TypeVar("_Out", covariant=True)
@@ -235,7 +216,7 @@ class WorkflowContext:
     ) -> _T: ...
 
     # mypy cannot match ``*args: Any`` to a TypeVarTuple's ``*args``:
-    @_checkpointed  # type: ignore[misc]
+    @checkpointed  # type: ignore[misc]
     async def step(
         self,
         name: str,
@@ -318,7 +299,7 @@ class WorkflowContext:
         returns: None = None,
     ) -> Any: ...
 
-    @_checkpointed
+    @checkpointed
     async def dispatch(
         self,
         name: str,
@@ -351,7 +332,7 @@ class WorkflowContext:
             raise ValueError(f"{target!r} is not a registered {kind}; register it or pass its name")
         return target, name
 
-    @_checkpointed
+    @checkpointed
     async def sleep(self, name: str, duration: Duration) -> None:
         """Wait ``duration`` durably: the wake-up time survives restarts."""
         await self._pass.sleep_step(name, duration)
@@ -366,7 +347,7 @@ class WorkflowContext:
         self, name: str, *, timeout: Duration | None = None, returns: None = None
     ) -> Any: ...
 
-    @_checkpointed
+    @checkpointed
     async def wait_for_event(
         self, name: str, *, timeout: Duration | None = None, returns: Any = None
     ) -> Any:
@@ -402,7 +383,7 @@ class WorkflowContext:
         self, name: str, workflow: str, input: Any = None, *, returns: None = None
     ) -> Any: ...
 
-    @_checkpointed
+    @checkpointed
     async def child(
         self,
         name: str,
@@ -418,25 +399,56 @@ class WorkflowContext:
         declared = returns if returns is not None else declared_return(fn)
         return as_declared(output, declared, f"the output of child step {name!r}", step=name)
 
-    @_checkpointed
+    @checkpointed
     async def patched(self, patch_id: str) -> bool:
         """True on a run that reaches this point on new code (a marker, riding the next
         write, keeps it True on every replay); False on a run whose records show it
         passed this point on old code. See docs/guides/changing-code.md."""
         return await self._pass.patched(patch_id)
 
-    @_checkpointed
+    @checkpointed
     async def write_stream(self, key: str, value: Any) -> None:
         """Append ``value`` to the run's stream ``key``, exactly once: a replay reaches
         the same position and writes nothing new. Raises ``StreamTooLargeError`` past
         the stream's limit (``engine_core.streams``)."""
         await self._pass.write_stream(key, value)
 
-    @_checkpointed
+    @checkpointed
     async def close_stream(self, key: str) -> None:
         """End the stream ``key``: its readers stop after the entries before. (A
         stream also ends for its readers when the run ends.)"""
         await self._pass.write_stream(key, None, closed=True)
+
+    @checkpointed
+    async def set_value(self, key: str, value: Any) -> None:
+        """Publish ``value`` as the run's value ``key``, replacing the one before; any
+        process reads it with ``engine.get_value``. Exactly once per call: a replay
+        writes nothing new. Readable once the body's next step starts, or its pass
+        parks or ends (the write rides that one's)."""
+        await self._pass.set_value(key, value)
+
+    @overload
+    async def wait_for_update(
+        self, name: str, *, timeout: Duration | None = None, returns: type[_T]
+    ) -> UpdateRequest[_T] | None: ...
+
+    @overload
+    async def wait_for_update(
+        self, name: str, *, timeout: Duration | None = None, returns: None = None
+    ) -> UpdateRequest[Any] | None: ...
+
+    @checkpointed
+    async def wait_for_update(
+        self, name: str, *, timeout: Duration | None = None, returns: Any = None
+    ) -> UpdateRequest[Any] | None:
+        """The oldest update ``name`` sent with ``engine.update`` and not taken yet (its
+        payload as ``returns``), or wait for one; None on timeout. Answer it with
+        ``await req.reply(value)`` or ``await req.reject(reason)``."""
+        request = await self._pass.update_step(name, timeout)
+        if request is not None:
+            what = f"the payload of update {name!r}"
+            request.payload = as_declared(request.payload, returns, what, step=name)
+        return request
 
     def deprecate_patch(self, patch_id: str) -> None:
         """Once no run from before patch ``patch_id`` remains: records nothing and

@@ -35,9 +35,9 @@ from engine_core.records import StepRecord
 from engine_core.run.branch_order import BranchOrder, BranchView
 from engine_core.run.branches import Call
 
-#: The kinds of step a workflow body reaches (compensations and patch markers are not
-#: reached by the body, so they take no part in the order).
-BODY_KINDS = frozenset({"inline", "dispatch", "sleep", "event", "child"})
+#: The kinds of step a workflow body reaches (compensations, patch markers and replies
+#: are not reached by the body as steps, so they take no part in the order).
+BODY_KINDS = frozenset({"inline", "dispatch", "sleep", "event", "update", "child"})
 _ENDED = ("succeeded", "failed")
 #: How an apparent swap waits for the other branches: turns of the loop first, then
 #: short naps (a branch may await something else than a step), for as long as some

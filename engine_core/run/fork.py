@@ -61,7 +61,7 @@ def _first_started(step: StepRecord) -> tuple[bool, int, datetime, str]:
 
 
 def _is_body(step: StepRecord) -> bool:
-    return step.kind not in ("compensation", "patch")
+    return step.kind not in ("compensation", "patch", "reply")
 
 
 def fork_points(run: RunRecord, stored: Sequence[StepRecord]) -> list[StepRecord]:

@@ -45,9 +45,10 @@ def count_again(sizes: dict[str, int], before: Mapping[str, int]) -> int:
 
 def kept_in_journal(step: StepRecord) -> bool:
     """Whether an outcome may stay in the run's journal once the pass ends: a finished
-    inline step. Anything else (a wake of a sleep or an event, a retry waiting out its
-    delay) must be in its step record, where recovery's sweeps look."""
-    return step.kind in ("inline", "compensation", "patch") and step.status in (
+    inline step (or compensation, patch marker, reply). Anything else (a wake of a sleep
+    or an event, a retry waiting out its delay) must be in its step record, where
+    recovery's sweeps look."""
+    return step.kind in ("inline", "compensation", "patch", "reply") and step.status in (
         "succeeded",
         "failed",
     )

@@ -57,6 +57,7 @@ from engine_core.run.journal_room import (
 )
 from engine_core.run.signals import Parked, ReplayEnd, Stopped, stored_failure
 from engine_core.run.transitions import Transition
+from engine_core.run.values import BodyValues
 from engine_core.store import Store
 
 log = logging.getLogger("engine_core")
@@ -66,6 +67,9 @@ _T = TypeVar("_T")
 
 class PassState:
     """The state of one pass: the run as it began, its steps, and what it started."""
+
+    #: The body's value writes (``ctx.set_value``), once it made one.
+    values: BodyValues | None = None
 
     def __init__(
         self,
@@ -210,6 +214,8 @@ class PassState:
             self._give_back(carry)
             raise
         await self._wrote(ok, carry)
+        if self.values is not None:
+            await self.values.landed()  # readable by the time the step starts
         return started
 
     def record(self, key: str, transition: Transition) -> StepRecord:

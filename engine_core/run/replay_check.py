@@ -28,6 +28,7 @@ from engine_core.run.divergence import Diverged, ReplayChecks, callable_name
 from engine_core.run.mismatch import INPUT_STEP, ValueMismatch, as_declared
 from engine_core.run.patches import check_patch_id, has_marker
 from engine_core.run.signals import stored_failure
+from engine_core.run.update_request import UpdateRequest
 from engine_core.store import Store
 
 #: Runs whose steps are read in one command, runs replayed at once, and runs listed at
@@ -71,7 +72,17 @@ class DryReplay:
     async def write_stream(self, key: str, value: Any, *, closed: bool = False) -> None:
         """A dry replay writes nothing."""
 
+    async def set_value(self, key: str, value: Any) -> None:
+        """A dry replay writes nothing."""
+
+    async def reply_update(self, wait_key: str, update_id: str, answer: dict[str, Any]) -> None:
+        """A dry replay answers nothing."""
+
     async def _recorded(self, name: str, kind: str, ran: str | None) -> Any:
+        return (await self._keyed(name, kind, ran))[1]
+
+    async def _keyed(self, name: str, kind: str, ran: str | None) -> tuple[str, Any]:
+        """The step's key and its recorded result, if the record agrees with the code."""
         check_name(name, "step name")
         try:
             call = self.names.key(name)
@@ -86,7 +97,7 @@ class DryReplay:
             raise _EndOfRecord()
         if step.status == "failed":
             raise stored_failure(step)
-        return step.result
+        return key, step.result
 
     def registered(
         self, kind: Literal["workflow", "step function"], name: str
@@ -117,6 +128,13 @@ class DryReplay:
     async def child_step(self, name: str, workflow: str, input: Any) -> Any:
         """The recorded output, if the record agrees with the code."""
         return await self._recorded(name, "child", workflow)
+
+    async def update_step(self, name: str, timeout: Duration | None) -> UpdateRequest[Any] | None:
+        """The recorded update, if the record agrees with the code."""
+        key, taken = await self._keyed(name, "update", name)
+        if taken is None:
+            return None
+        return UpdateRequest(self, name, taken["update_id"], taken["payload"], key)
 
     async def patched(self, patch_id: str) -> bool:
         """As the record says the run went: True where it holds the marker."""

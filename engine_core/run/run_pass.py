@@ -20,18 +20,22 @@ import engine_core.run.waits as waits
 from engine_core.common.convert import declared_parameter, from_json
 from engine_core.common.durations import Duration
 from engine_core.common.outages import StoreDown
-from engine_core.common.values import check_fits, to_stored
+from engine_core.common.values import check_fits, check_name, to_stored
 from engine_core.errors import NotSerializableError, StepFailedError, StoreUnavailableError
 from engine_core.records import RunState, StepRecord, utcnow
 from engine_core.run.attempt import error_info
 from engine_core.run.body_hooks import running_body
+from engine_core.run.branches import Ambiguous
 from engine_core.run.context import WorkflowContext
-from engine_core.run.divergence import Mismatch
+from engine_core.run.divergence import Diverged, Mismatch
 from engine_core.run.keys import compensation_key
 from engine_core.run.mismatch import ValueMismatch, read_input
 from engine_core.run.pass_state import PassState
 from engine_core.run.signals import SIGNALS, Parked, Stopped
 from engine_core.run.streams import BodyStreams
+from engine_core.run.transitions import woken
+from engine_core.run.update_request import UpdateRequest, reply_key
+from engine_core.run.values import VALUE_CALL, BodyValues
 from engine_core.tracing import run_log_context
 
 #: How a pass ended: the run ended, it waits for something, a stop or a newer pass
@@ -76,9 +80,11 @@ class RunPass(PassState):
         except BaseException as exc:
             failure = exc
         await self.drain()
-        if self._streams is not None:
+        for writes in (self._streams, self.values):
+            if writes is None:
+                continue
             try:
-                await self._streams.flush()  # the body's last writes, before the pass ends
+                await writes.flush()  # the body's last writes, before the pass ends
             except StoreUnavailableError:
                 return "unavailable"
             except Exception as exc:
@@ -326,13 +332,59 @@ class RunPass(PassState):
     async def _riding(
         self, call: Callable[..., Coroutine[Any, Any, _T]], *args: Any, **kwargs: Any
     ) -> _T:
-        """``call``, a durable boundary: the body's stream writes so far go out with its
-        write (the same turn of the group commit); the pass's end waits for them."""
-        sending = self._streams.kick() if self._streams is not None else None
+        """``call``, a durable boundary: the body's stream and value writes so far go out
+        with its write (the same turn of the group commit); the pass's end waits for
+        them."""
+        sending = [w.kick() for w in (self._streams, self.values) if w is not None]
         result = await call(*args, **kwargs)
-        if sending is not None and sending.done():
-            await sending  # a failed write surfaces here (waiting would yield: see _keep)
+        for each in sending:
+            if each is not None and each.done():
+                await each  # a failed write surfaces here (waiting would yield: see _keep)
         return result
+
+    async def set_value(self, key: str, value: Any) -> None:
+        """``ctx.set_value`` (see :mod:`engine_core.run.values`)."""
+        check_name(key, "value key")
+        try:
+            branch, position = self.names.place(VALUE_CALL + key)
+        except Ambiguous:
+            self.checks.cannot_tell_apart(f"value {key!r}", f"set_value({key!r})")
+        if self.replay_only:
+            return  # a compensating run replays only to learn its compensations
+        if self.values is None:
+            landed = self.runtime.value_written
+            self.values = BodyValues(
+                self.store, self.run_id, first_pass=self.run.passes <= 1, landed=landed
+            )
+        await self.values.set(key, value, branch=branch, position=position)
+
+    async def update_step(self, name: str, timeout: Duration | None) -> UpdateRequest[Any] | None:
+        """``ctx.wait_for_update`` (see :func:`engine_core.run.waits.update_step`)."""
+        key, taken = await self._riding(waits.update_step, self, name, timeout)
+        if taken is None:
+            return None
+        return UpdateRequest(self, name, taken["update_id"], taken["payload"], key)
+
+    async def reply_update(self, wait_key: str, update_id: str, answer: dict[str, Any]) -> None:
+        """``req.reply`` and ``req.reject``: a durable step, after the body's values so
+        far (a caller that has the answer reads them)."""
+        key = reply_key(wait_key)
+        if self.finished(key) is not None:
+            return  # answered by an earlier pass
+        if self.checks.mismatch is not None:
+            raise Diverged(self.checks.mismatch)  # a divergent pass writes nothing more
+        self.names.refuse_late()
+        await self._riding(self._answer, key, update_id, answer)
+
+    async def _answer(self, key: str, update_id: str, answer: dict[str, Any]) -> None:
+        if self.values is not None:
+            await self.values.landed()
+        now = utcnow()
+        stored = await self.store.answer_update(self.run_id, update_id, answer, answered_at=now)
+        kept = stored.answer if stored is not None and stored.answer is not None else answer
+        self.record(key, woken("reply", update_id, kept))
+        if stored is not None:
+            self.runtime.update_answered(stored)
 
     async def write_stream(self, key: str, value: Any, *, closed: bool = False) -> None:
         """``ctx.write_stream``: durable with the body's next write."""

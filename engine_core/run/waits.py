@@ -1,27 +1,32 @@
-"""Steps that wait outside the pass: dispatched steps, sleeps, events and child runs.
+"""Steps that wait outside the pass: dispatched steps, sleeps, events, updates and child
+runs.
 
 Each is armed once (a step record in ``scheduled``), and the pass parks; what it waits
-for (a worker, a timer, an event, the child's end) settles the step and triggers a new
-pass, which finds the step finished.
+for (a worker, a timer, an event or an update, the child's end) settles the step and
+triggers a new pass, which finds the step finished.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from engine_core.common.durations import Duration, check_retry_delay, parse_duration
 from engine_core.common.runtime import JobSlot
 from engine_core.common.values import check_name, check_retries, to_stored
 from engine_core.errors import WorkflowNotRegisteredError
 from engine_core.mirror import mirror_step
-from engine_core.records import StepKind, StepRecord, utcnow
+from engine_core.records import StepKind, StepRecord, UpdateRecord, utcnow
 from engine_core.run.fork import KEYS_OF
 from engine_core.run.keys import child_run_id
 from engine_core.run.pass_state import PassState
 from engine_core.run.signals import Parked, stored_failure
 from engine_core.run.transitions import claimed as claim
 from engine_core.run.transitions import job_unclaimed, woken, write
+
+#: What a wait takes (an event, an update).
+_Taken = TypeVar("_Taken")
 
 
 def _scheduled(
@@ -165,22 +170,45 @@ async def sleep_step(p: PassState, name: str, duration: Duration) -> None:
 
 async def event_step(p: PassState, name: str, timeout: Duration | None) -> Any:
     """``ctx.wait_for_event``: the oldest unconsumed event, or wait for one."""
-    check_name(name, "event name")
-    key = p.key(name)
-    if (check := p.checks.reach(key, "event", name)) is not None:
-        await check
-    limit = parse_duration(timeout, what="event timeout") if timeout is not None else None
-    done = p.finished(key)
+    key, limit, done = await _reach_wait(p, "event", name, timeout)
     if done is not None:
         return done.result
     return await p.track(_wait_event(p, key, name, limit))
 
 
+async def _reach_wait(
+    p: PassState, kind: StepKind, name: str, timeout: Duration | None
+) -> tuple[str, float | None, StepRecord | None]:
+    """A wait for an event or an update reached: its key, its time limit (seconds), and
+    its record if it has finished."""
+    check_name(name, f"{kind} name")
+    key = p.key(name)
+    if (check := p.checks.reach(key, kind, name)) is not None:
+        await check
+    limit = parse_duration(timeout, what=f"{kind} timeout") if timeout is not None else None
+    return key, limit, p.finished(key)
+
+
 async def _wait_event(p: PassState, key: str, name: str, limit: float | None) -> Any:
-    step = p.steps.get(key) or _scheduled(p, key, "event", None, event=name)
-    event = await p.store.consume_event(p.run_id, name, f"{p.run_id}\x00{key}")
-    if event is not None:
-        return _wake(p, step, event.payload)
+    event = p.store.consume_event
+    return await _wait_for(p, key, "event", name, limit, event, lambda e: e.payload)
+
+
+async def _wait_for(
+    p: PassState,
+    key: str,
+    kind: StepKind,
+    name: str,
+    limit: float | None,
+    consume: Callable[[str, str, str], Awaitable[_Taken | None]],
+    result_of: Callable[[_Taken], Any],
+) -> Any:
+    """Take what the wait ``key`` waits for (its own if it took one before), or arm the
+    wait and park; None once its ``limit`` has passed."""
+    step = p.steps.get(key) or _scheduled(p, key, kind, None, event=name)
+    taken = await consume(p.run_id, name, f"{p.run_id}\x00{key}")
+    if taken is not None:
+        return _wake(p, step, result_of(taken))
     now = utcnow()
     if key not in p.steps:
         step.due_at = now + timedelta(seconds=limit) if limit is not None else None
@@ -191,6 +219,22 @@ async def _wait_event(p: PassState, key: str, name: str, limit: float | None) ->
     if step.due_at is not None:
         p.arm_timer(step.due_at)
     raise Parked()
+
+
+async def update_step(
+    p: PassState, name: str, timeout: Duration | None
+) -> tuple[str, dict[str, Any] | None]:
+    """``ctx.wait_for_update``: the wait's key, and the update it took as recorded
+    (``{"update_id", "payload"}``; None on timeout), or wait for one."""
+    key, limit, done = await _reach_wait(p, "update", name, timeout)
+    if done is not None:
+        return key, done.result
+    consume = p.store.consume_update
+    return key, await p.track(_wait_for(p, key, "update", name, limit, consume, _update_taken))
+
+
+def _update_taken(update: UpdateRecord) -> dict[str, Any]:
+    return {"update_id": update.update_id, "payload": update.payload}
 
 
 async def child_step(p: PassState, name: str, workflow: str, input: Any) -> Any:

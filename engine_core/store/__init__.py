@@ -18,6 +18,7 @@ from engine_core.store.flow_keys import FlowKeyStore
 from engine_core.store.runs import RunStore
 from engine_core.store.steps import StepStore
 from engine_core.store.streams import StreamStore
+from engine_core.store.talk import TalkStore
 
 __all__ = [
     "EventStore",
@@ -28,6 +29,7 @@ __all__ = [
     "StepStore",
     "Store",
     "StreamStore",
+    "TalkStore",
 ]
 
 
@@ -39,11 +41,12 @@ class Store(
     StepStore,
     EventStore,
     StreamStore,
+    TalkStore,
     FleetStore,
     typing.Protocol,
 ):
     """What the engine needs from storage, one protocol per part of it (``runs``,
-    ``flow``, ``flow_keys``, ``steps``, ``events``, ``streams``, ``fleet``). See
+    ``flow``, ``flow_keys``, ``steps``, ``events``, ``streams``, ``talk``, ``fleet``). See
     ``engine_core.testing`` for the suite that checks an implementation against every
     guarantee stated."""
 

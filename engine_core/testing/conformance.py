@@ -12,6 +12,7 @@ from engine_core.testing.run_cases import RunCases
 from engine_core.testing.schedule_cases import ScheduleCases
 from engine_core.testing.step_cases import StepCases
 from engine_core.testing.stream_cases import StreamCases
+from engine_core.testing.talk_cases import TalkCases
 from engine_core.testing.worker_cases import WorkerCases
 
 
@@ -27,6 +28,7 @@ class StoreConformance(
     OperatorCases,
     ForkCases,
     StreamCases,
+    TalkCases,
 ):
     """What every :class:`~engine_core.store.Store` must do. Needs a ``store`` fixture
     that yields a fresh, initialised, empty store."""

@@ -9,6 +9,7 @@ from typing import Any
 import pikku_mongo.cli.repair as repair_cli
 from engine_core import Engine, RunStatus
 from pikku_mongo.cli.tail import tail
+from pikku_mongo.cli.talk import talk
 from pikku_mongo.cli.text import (
     _jsonable,
     _listed,
@@ -120,6 +121,8 @@ async def _runs(engine: Engine, args: argparse.Namespace) -> tuple[Any, str]:
         return await _list_runs(engine, args)
     if action == "show":
         return await _show(engine, args.run_id)
+    if action in ("update", "value"):
+        return await talk(engine, args)
     if action in ("fork", "cancel", "retry"):
         if repair_cli.is_bulk(args):
             return await repair_cli.act_on_many(engine, args)

@@ -4,6 +4,8 @@
                           [--order O]
     pikku-mongo runs show RUN_ID
     pikku-mongo runs tail RUN_ID [--stream KEY]
+    pikku-mongo runs update RUN_ID NAME [--payload JSON] [--update-id ID] [--wait SECONDS]
+    pikku-mongo runs value RUN_ID KEY [--wait SECONDS]
     pikku-mongo runs cancel RUN_ID [--compensate]
     pikku-mongo runs suspend RUN_ID | resume RUN_ID | retry RUN_ID
     pikku-mongo runs fork RUN_ID [--from STEP] [--new-run-id ID] [--keep-idempotency-keys]

@@ -11,6 +11,7 @@ from engine_core.common.options import ORDERS
 from engine_core.records import RunState
 from pikku_mongo.cli.replay import add_parser as add_replay_check
 from pikku_mongo.cli.tail import add_parser as add_tail
+from pikku_mongo.cli.talk import add_parsers as add_talk
 
 #: The statuses ``runs list --status`` accepts.
 RUN_STATUSES: tuple[str, ...] = tuple(get_args(RunState))
@@ -87,6 +88,7 @@ def _add_runs(sub: Any, common: argparse.ArgumentParser) -> None:
                 "--compensate", action="store_true", help="run the compensations of finished steps"
             )
     add_tail(actions, common)
+    add_talk(actions, common)
 
 
 def _add_fleet(sub: Any, common: argparse.ArgumentParser) -> None:

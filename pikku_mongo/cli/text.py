@@ -10,6 +10,7 @@ from typing import Any
 
 from engine_core import Engine, QueueStatus, RunStatus, StepStatus
 from engine_core.fleet.registry import why_undriven
+from engine_core.records import UpdateRecord
 from pikku_mongo.doctor.stranded import DRIVEN
 
 
@@ -72,7 +73,12 @@ async def _show(engine: Engine, run_id: str) -> tuple[Any, str]:
         workers = await engine.list_workers()
         undriven = why_undriven(status.workflow, status.version, workers)
     data["stranded"] = undriven
-    return data, _show_run(status, history, forks, undriven)
+    pending = await engine.store.list_updates(run_id, pending=True)
+    data["pending_updates"] = [
+        {"update_id": u.update_id, "name": u.name, "taken": u.consumed_by is not None}
+        for u in pending
+    ]
+    return data, _show_run(status, history, forks, undriven, pending)
 
 
 def _show_run(
@@ -80,8 +86,10 @@ def _show_run(
     history: list[Any],
     forks: list[str] | None = None,
     undriven: str | None = None,
+    pending: list[UpdateRecord] | None = None,
 ) -> str:
-    """``runs show``: ``undriven`` says why no live worker will drive the run, if so."""
+    """``runs show``: ``undriven`` says why no live worker will drive the run, if so;
+    ``pending``: its updates not answered yet."""
     lines = [
         f"run       {status.run_id}",
         f"workflow  {status.workflow}",
@@ -118,6 +126,7 @@ def _show_run(
         for name, step in status.steps.items()
     ]
     lines += ["", _table(["step", "status", "attempts", "result / error"], rows)]
+    lines += _talk_lines(status, pending or [])
     timeline = [
         [
             f"{entry.at:%H:%M:%S}.{entry.at.microsecond // 1000:03d}",
@@ -130,6 +139,21 @@ def _show_run(
     ]
     lines += ["", _table(["time", "step", "attempt", "status", "error"], timeline)]
     return "\n".join(lines)
+
+
+def _talk_lines(status: RunStatus, pending: list[UpdateRecord]) -> list[str]:
+    """The values the run published and the updates it has not answered, as tables."""
+    lines: list[str] = []
+    if status.values:
+        rows = [[key, _short(value, 60)] for key, value in status.values.items()]
+        lines += ["", _table(["value", "latest"], rows)]
+    if pending:
+        rows = [
+            [u.update_id, u.name, "taken" if u.consumed_by else "waiting", _time(u.created_at)]
+            for u in pending
+        ]
+        lines += ["", _table(["pending update", "name", "state", "sent"], rows)]
+    return lines
 
 
 def _step_text(step: StepStatus) -> Any:

@@ -94,15 +94,17 @@ class RunPages(PageBase):
         return self.render(request, "runs.html", context)
 
     async def run(self, request: Request) -> Response:
-        """One run: its values, family, streams, steps, timeline and actions."""
+        """One run: its values (input, output, published), pending updates, family,
+        streams, steps, timeline and actions."""
         run_id = parse_run_id(request.query_params)
         done = request.query_params.get("done")
-        status, history, children, forks, streams = await asyncio.gather(
+        status, history, children, forks, streams, pending = await asyncio.gather(
             self.engine.status(run_id),
             self.engine.history(run_id),
             self.engine.list_children(run_id),
             self.engine.list_forks(run_id),
             stream_tails(self.engine.store, run_id),
+            self.engine.store.list_updates(run_id, pending=True),
         )
         context: dict[str, Any] = {
             "page": "runs",
@@ -113,6 +115,7 @@ class RunPages(PageBase):
             "forks": forks,
             "can_fork": not self.read_only,
             "streams": streams,
+            "pending_updates": pending,
             "actions": [] if self.read_only else actions_for(status.status),
             "waiting": why_waiting(
                 status, await self._queue_of(status), undriven=await self._undriven(status)

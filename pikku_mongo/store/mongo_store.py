@@ -21,6 +21,9 @@ Collections (``prefix`` + name):
   :mod:`pikku_mongo.store.dedup_ops`).
 * ``streams`` and ``heartbeats``: a run's stream entries, one document each, and its
   steps' last heartbeats. See :mod:`pikku_mongo.store.stream_ops`.
+* ``values`` and ``updates``: the values a run published (one document per key) and the
+  updates sent to it, kept with their answers. See :mod:`pikku_mongo.store.value_ops`
+  and :mod:`pikku_mongo.store.update_ops`.
 * ``jobs`` and ``lines``: with targeted polling, one entry per claimable queue job (by
   step function and due time) and per run waiting in a queue's line. See
   :mod:`pikku_mongo.store.job_index` and :mod:`pikku_mongo.store.line_index`.
@@ -42,31 +45,9 @@ shared client often runs with ``w=1``. Pass ``write_concern=`` / ``read_concern=
 choose. Reads that decide something are causally consistent where the server keeps a
 clock (:mod:`pikku_mongo.wire.causal`): they wait for this client's last acknowledged write.
 
-Clocks. A lease's (or a claim's) expiry is written by its holder, from the holder's
-clock (``now + ttl``), and judged by every other host against its own clock: no server
-clock is used (nx-27017 serves neither ``$$NOW`` nor pipeline updates). If the clocks of
-any two hosts differ by at most ``S = max_clock_skew``:
-
-* a taker takes over only ``S`` after the stored expiry by its own clock
-  (``expires <= now - S``: :meth:`MongoStore.acquire_lease`,
-  :meth:`MongoStore.requeue_lapsed_claims`). A taker whose clock runs ``d <= S`` ahead
-  of the holder's acts at holder time ``expires + S - d >= expires``: never while the
-  holder may still hold it;
-* a holder counts its lease lost ``S`` before the stored expiry (``expires > now + S``
-  to renew it: :meth:`MongoStore.refresh_lease`, :meth:`MongoStore.extend_claim`; the
-  ``Lease.expires_at`` it is handed is already ``S`` early). It judges a value its own
-  clock wrote, so skew between hosts cancels out there; the margin covers its own
-  clock being stepped (NTP) between writing the expiry and judging it, and makes the
-  gap between the last moment a holder acts and the first moment a taker acts ``2 S``.
-
-So ``ttl`` must be at least ``2 S`` (:class:`LeaseTooShortError` otherwise), and a
-takeover after a holder dies takes ``ttl + S`` (plus the recovery interval). The
-bound is only as good as the hosts' clock sync: :meth:`MongoStore.clock_offset`
-measures this host against the server (``hello`` ``localTime``), ``init`` logs a
-warning when this host is certainly more than ``S / 2`` off (two hosts each within
-``S / 2`` of the server are within ``S`` of each other), and ``pikku-mongo doctor``
-reports it. Due times of sleeps and retries are not leases: a skewed clock fires them a
-little early or late, never twice.
+Clocks: a lease's or a claim's expiry is written from its holder's clock and judged by
+every other host against its own, with a margin of ``max_clock_skew``
+(:mod:`pikku_mongo.wire.skew` says why that is safe, and what it asks of the hosts).
 """
 
 from __future__ import annotations
@@ -109,6 +90,8 @@ from pikku_mongo.store.served import ServedBy
 from pikku_mongo.store.step_ops import StepOps
 from pikku_mongo.store.stream_ops import StreamOps
 from pikku_mongo.store.targeting import Targeting
+from pikku_mongo.store.update_ops import UpdateOps
+from pikku_mongo.store.value_ops import ValueOps
 from pikku_mongo.store.worker_ops import WorkerOps
 from pikku_mongo.wire.causal import CausalReads, OperationClock, find_clock
 from pikku_mongo.wire.checks import check_str
@@ -144,7 +127,7 @@ class MongoStore:
         """``write_concern`` / ``read_concern``: pymongo objects replacing the durable
         defaults (module docstring). ``max_clock_skew``: seconds or a string such as
         ``"500ms"``, the bound on clock differences between hosts that lease expiry
-        tolerates (module docstring, "Clocks"); 0 on a single host. ``change_streams``:
+        tolerates (:mod:`pikku_mongo.wire.skew`); 0 on a single host. ``change_streams``:
         wake idle workers from a change stream where the server serves one.
         ``targeted_polling``: keep the job and line indexes
         (:mod:`pikku_mongo.store.job_index`, :mod:`pikku_mongo.store.line_index`) so a
@@ -196,6 +179,7 @@ class MongoStore:
             "dedup", "streams", "heartbeats", "jobs", "lines"
         )
         self.qkeys, self.debounce = self._collections("qkeys", "debounce")
+        self.values, self.updates = self.talk = self._collections("values", "updates")
 
     def _group_commit(self) -> None:
         """A group commit for each collection written on the hot path. A document a
@@ -205,6 +189,9 @@ class MongoStore:
         self.dedup_writes = Batcher(self.dedup, {"run_id": {"$exists": False}})
         self.stream_writes = Batcher(
             self.streams, {"pos": {"$exists": False}}, ride_on=self.run_writes
+        )
+        self.value_writes = Batcher(
+            self.values, {"key": {"$exists": False}}, ride_on=self.run_writes
         )
 
     def _make_parts(self) -> None:
@@ -228,7 +215,7 @@ class MongoStore:
         self.listing: ListingOps = ListingOps(self.runs)
         self.prune_ops: PruneOps = PruneOps(
             runs=self.runs,
-            owned=(self.steps, self.events, self.streams, self.heartbeats),
+            owned=(self.steps, self.events, self.streams, self.heartbeats, *self.talk),
             dedup=self.dedup_ops,
         )
         self.step_ops: StepOps = StepOps(
@@ -251,6 +238,12 @@ class MongoStore:
             stream_writes=self.stream_writes,
         )
         self.event_ops: EventOps = EventOps(self.events, reads=reads)
+        self.value_ops: ValueOps = ValueOps(
+            values=self.values, value_writes=self.value_writes, reads=reads, watch=self._watch
+        )
+        self.update_ops: UpdateOps = UpdateOps(
+            self.updates, runs=self.runs, run_writes=self.run_writes, reads=reads, watch=self._watch
+        )
         self.lease_ops: LeaseOps = LeaseOps(self.leases, skew=skew)
         self.schedule_ops: ScheduleOps = ScheduleOps(self.schedules, reads=reads)
         self.worker_ops: WorkerOps = WorkerOps(
@@ -365,6 +358,8 @@ class MongoStore:
         )
         self._ttl_refused = self._ttl_refused or not created
         await self.stream_ops.create_stream_indexes()
+        await self.value_ops.create_value_indexes()
+        await self.update_ops.create_update_indexes()
         if self.job_index is not None and self.line_index is not None:
             await self.job_index.create_indexes()
             await self.line_index.create_indexes()
@@ -486,6 +481,21 @@ class MongoStore:
     stream_hints = _streams(StreamOps.stream_hints)
     put_heartbeat = _streams(StreamOps.put_heartbeat)
     get_heartbeat = _streams(StreamOps.get_heartbeat)
+    # ValueOps
+    _values = ServedBy["MongoStore", ValueOps](lambda store: store.value_ops)
+    put_value = _values(ValueOps.put_value)
+    get_value = _values(ValueOps.get_value)
+    list_values = _values(ValueOps.list_values)
+    value_hints = _values(ValueOps.value_hints)
+    # UpdateOps
+    _updates = ServedBy["MongoStore", UpdateOps](lambda store: store.update_ops)
+    submit_update = _updates(UpdateOps.submit_update)
+    consume_update = _updates(UpdateOps.consume_update)
+    answer_update = _updates(UpdateOps.answer_update)
+    get_update = _updates(UpdateOps.get_update)
+    list_updates = _updates(UpdateOps.list_updates)
+    answer_hints = _updates(UpdateOps.answer_hints)
+    update_hints = _updates(UpdateOps.update_hints)
     # EventOps
     _events = ServedBy["MongoStore", EventOps](lambda store: store.event_ops)
     insert_event = _events(EventOps.insert_event)

@@ -41,6 +41,14 @@ def one_of(values: list[str]) -> Doc:
     return {"$gte": ordered[0], "$lte": ordered[-1], "$in": ordered}
 
 
+def any_of(*alternatives: Doc) -> Doc:
+    """Conditions of which one must hold, to put beside a filter's other fields. Spelled
+    ``{"$and": [{"$or": [...]}]}``: the same on MongoDB, but in a write (an update, a
+    findAndModify) nx-27017 drops every other top-level condition of a filter that has
+    a top-level ``$or`` (an ``_id`` or a run id too), and keeps them beside an ``$and``."""
+    return {"$and": [{"$or": list(alternatives)}]}
+
+
 def step_id(run_id: str, key: str) -> Doc:
     """The filter of one step document: its ``_id`` and its shard key (see
     :mod:`pikku_mongo.wire.shard_keys`)."""

@@ -1,8 +1,8 @@
 """The shard key of each collection, and the filters that carry it.
 
 On a sharded cluster (docs/guides/sharding.md) ``runs``, ``dedup``, ``qkeys`` and
-``debounce`` are sharded on ``{_id: "hashed"}``, ``steps``, ``events``, ``streams``
-and ``heartbeats`` on ``{run_id: "hashed"}``; ``leases``,
+``debounce`` are sharded on ``{_id: "hashed"}``, ``steps``, ``events``, ``streams``,
+``heartbeats``, ``values`` and ``updates`` on ``{run_id: "hashed"}``; ``leases``,
 ``queues``, ``queue_limits``, ``schedules``, ``workers``, ``forks`` (markers of forks
 being made), ``meta``, and the job and line indexes of targeted polling (``jobs``,
 ``lines``: read at every poll, they must stay on one shard) stay unsharded. A
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from pikku_mongo.wire.checks import check_str
 from pikku_mongo.wire.documents import Doc, step_doc_id
 from pikku_mongo.wire.encoding import pack
 
@@ -27,6 +28,8 @@ SHARD_KEYS: dict[str, str] = {
     "events": "run_id",
     "streams": "run_id",
     "heartbeats": "run_id",
+    "values": "run_id",
+    "updates": "run_id",
     "dedup": "_id",
     "qkeys": "_id",
     "debounce": "_id",
@@ -49,6 +52,12 @@ def step_filter(run_id: str, key: str) -> Doc:
     """The filter of one step document: its ``_id`` and its run id (the shard key), so a
     write (and a guarded upsert's collision) goes to the one shard that owns it."""
     return {"_id": step_doc_id(run_id, key), "run_id": {"$eq": pack(run_id)}}
+
+
+def item_filter(run_id: str, name: str, what: str) -> Doc:
+    """The filter of a run's document named ``name`` (a ``what``: a value's key, an
+    update's id): its ``_id``, made as a step's, and its run id (the shard key)."""
+    return {"_id": step_doc_id(run_id, check_str(name, what)), "run_id": {"$eq": pack(run_id)}}
 
 
 def shard_commands(database: str, prefix: str) -> Iterable[Doc]:

@@ -6,9 +6,11 @@ aggregation stage") or the stream breaks. Servers that hold a ``getMore`` until 
 comes (MongoDB) are read in a loop; one that answers at once (nx-27017) is read every
 :data:`POLL_S`, so an idle stream does not spin.
 
-Only the ``steps`` collection is watched, and only for inserts of dispatched steps: on
-nx-27017 a watched collection pays a copy of every written document into its change log,
-and the run documents are written at every step.
+The ``steps`` collection is watched only for inserts of dispatched steps, and the run
+documents never: on nx-27017 a watched collection pays a copy of every written document
+into its change log, and the run documents are written at every step. The ``values``
+and ``updates`` collections are watched while a caller waits for a value or an answer
+(:func:`runs_changed`).
 """
 
 from __future__ import annotations
@@ -22,9 +24,13 @@ from typing import Any
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import OperationFailure, PyMongoError
 
+from pikku_mongo.wire.encoding import unpack
+
 log = logging.getLogger("pikku_mongo.wire.watch")
 
 Doc = dict[str, Any]
+#: What separates the run id from the rest of a per-run document's ``_id``.
+_ID_SEPARATOR = "\x01\x03"
 #: How long the server may hold a ``getMore`` (MongoDB); and how often a stream is read
 #: when the server answers at once instead.
 MAX_AWAIT_MS = 1000
@@ -65,14 +71,61 @@ async def inserts(
     """Yield once per change ``pipeline`` lets through (or batch of them) until the
     server refuses change streams (logged at INFO with ``fallback``, when given);
     reopened after a broken stream (``what`` names it in the warning)."""
+    async for _ in changes(collection, pipeline, what, fallback):
+        yield None
+
+
+async def runs_changed(
+    collection: AsyncCollection[Doc],
+    operations: list[str],
+    what: str,
+    *,
+    holding: Doc | None = None,
+) -> AsyncIterator[str]:
+    """Yield "" once the stream is open, then the run id of each document of
+    ``collection`` (its ``_id`` begins with its packed run id, then the separator of
+    step ids) that an operation of ``operations`` changed, until the server refuses
+    change streams. ``holding``: only changes after which the document matches it (the
+    server looks the document up; only its key comes back)."""
+    match: Doc = {"operationType": {"$in": operations}}
+    pipeline: list[Doc] = [{"$match": match}]
+    if holding is not None:
+        match.update({f"fullDocument.{k}": v for k, v in holding.items()})
+        pipeline.append({"$project": {"documentKey": 1}})
+    lookup = "updateLookup" if holding is not None else None
+    async for change in changes(collection, pipeline, what, None, opened=True, lookup=lookup):
+        if not change:
+            yield ""  # watching from now on
+            continue
+        doc_id = change.get("documentKey", {}).get("_id")
+        if isinstance(doc_id, str):
+            yield unpack(doc_id.split(_ID_SEPARATOR, 1)[0])
+
+
+async def changes(
+    collection: AsyncCollection[Doc],
+    pipeline: list[Doc],
+    what: str,
+    fallback: str | None,
+    *,
+    opened: bool = False,
+    lookup: str | None = None,
+) -> AsyncIterator[Doc]:
+    """Each change ``pipeline`` lets through (see :func:`inserts`); ``opened``: and an
+    empty document each time the stream is (re)opened; ``lookup``: the stream's
+    ``full_document`` option."""
     while True:
         try:
-            async with await collection.watch(pipeline, max_await_time_ms=MAX_AWAIT_MS) as stream:
+            async with await collection.watch(
+                pipeline, max_await_time_ms=MAX_AWAIT_MS, full_document=lookup
+            ) as stream:
+                if opened:
+                    yield {}
                 while stream.alive:
                     asked = time.monotonic()
                     change = await stream.try_next()
                     if change is not None:
-                        yield None
+                        yield change
                     elif time.monotonic() - asked < _PROMPT_S:
                         await asyncio.sleep(POLL_S)
         except OperationFailure as exc:

@@ -38,6 +38,8 @@ log = logging.getLogger("pikku_mongo.writes.batcher")
 MAX_BATCH = 1000
 #: How many turns of the event loop a riding write waits for a batch to ride on.
 RIDE_TURNS = 4
+#: The writes that may ride a run write: inserts (stream entries) and upserts (values).
+_RIDING = ("insert", "upsert")
 #: At most this many writes ride one batch (a body's next few; a long burst goes in
 #: plain bulk inserts of its own, which servers apply faster than a mixed bulkWrite).
 MAX_RIDERS = 32
@@ -69,10 +71,12 @@ class Batcher:
         # Riding (pikku_mongo.writes.riding): this batcher's inserts wait a few turns for the
         # next batch of ``ride_on``, which takes them into its own command.
         self._ride_on = ride_on
-        self._riders: Batcher | None = None
+        self._riders: list[Batcher] = []
         self._riding_served = True
+        self._namespace: str | None = None
         if ride_on is not None:
-            ride_on._riders = self
+            ride_on._riders.append(self)
+            self._namespace = collection.full_name
 
     def insert(self, doc: Doc, confirm: Confirm | None = None) -> asyncio.Future[bool]:
         """Insert ``doc``; False when a document with its ``_id`` exists. An insert sent
@@ -125,7 +129,9 @@ class Batcher:
         self, kind: Kind, filter: Doc, update: Doc, confirm: Confirm | None = None
     ) -> asyncio.Future[bool]:
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._queue.append(QueuedWrite(kind, filter, update, future, confirm))
+        self._queue.append(
+            QueuedWrite(kind, filter, update, future, confirm, namespace=self._namespace)
+        )
         if self._task is None:
             # Started on the next turn of the loop: writes submitted meanwhile join it.
             ride = self._ride_on is not None and self._ride_on._riding_served
@@ -141,23 +147,25 @@ class Batcher:
         await self._drain()
 
     def _take_riders(self) -> list[QueuedWrite]:
-        if self._riders is None or not self._riding_served:
+        if not self._riders or not self._riding_served:
             return []
-        taken = [w for w in self._riders._queue if w.kind == "insert" and not w.sent]
-        taken = taken[:MAX_RIDERS]
-        if taken:
-            chosen = set(map(id, taken))
-            self._riders._queue = [w for w in self._riders._queue if id(w) not in chosen]
+        taken: list[QueuedWrite] = []
+        for rider in self._riders:
+            room = MAX_RIDERS - len(taken)
+            mine = [w for w in rider._queue if w.kind in _RIDING and not w.sent][:room]
+            if mine:
+                chosen = set(map(id, mine))
+                rider._queue = [w for w in rider._queue if id(w) not in chosen]
+                taken += mine
         return taken
 
     def _give_back(self, riders: Sequence[QueuedWrite]) -> None:
-        if self._riders is None:
-            return
-        back = [w for w in riders if not w.future.done()]
-        if back:
-            self._riders._queue[:0] = back
-            if self._riders._task is None:
-                self._riders._task = asyncio.ensure_future(self._riders._drain())
+        for rider in self._riders:
+            back = [w for w in riders if w.namespace == rider._namespace and not w.future.done()]
+            if back:
+                rider._queue[:0] = back
+                if rider._task is None:
+                    rider._task = asyncio.ensure_future(rider._drain())
 
     async def _send_riding(
         self, batch: Sequence[QueuedWrite], riders: Sequence[QueuedWrite]
@@ -169,18 +177,12 @@ class Batcher:
         # its first try landed.
         for write in (*batch, *riders):
             write.sent += 1
-        streams = self._riders.collection if self._riders is not None else None
         try:
             ridden = await send_riding(
-                batch,
-                riders,
-                runs=self.collection,
-                streams=streams,
-                beside=self._beside,
-                scratch=self._scratch,
+                batch, riders, runs=self.collection, beside=self._beside, scratch=self._scratch
             )
         except NotServed as exc:
-            log.info("no client-level bulkWrite on this server (%s): streams write apart, "
+            log.info("no client-level bulkWrite on this server (%s): riders write apart, "
                      "outcomes ride in the run's journal", exc)  # fmt: skip
             for write in (*batch, *riders):
                 write.sent -= 1  # nothing was applied
@@ -193,8 +195,8 @@ class Batcher:
         outcomes = ridden.outcomes
         self.commands += ridden.commands
         self.writes += len(batch)
-        if self._riders is not None:
-            self._riders.writes += len(riders)
+        for rider in self._riders:
+            rider.writes += sum(w.namespace == rider._namespace for w in riders)
         for write, outcome in zip(riders, outcomes[len(batch) :], strict=True):
             if write.future.done():
                 continue

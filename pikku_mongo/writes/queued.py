@@ -43,6 +43,8 @@ class QueuedWrite:
     beside: Sequence[tuple[Doc, Doc]] = ()
     #: What to send instead, without ``beside``, on a server without that command.
     fallback: Doc | None = None
+    #: The collection a write that may ride a run write goes to (``db.collection``).
+    namespace: str | None = None
 
     def in_journal_form(self) -> None:
         """Send :attr:`fallback` instead, without :attr:`beside` (a server found to

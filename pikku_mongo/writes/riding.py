@@ -3,9 +3,9 @@
 Two kinds of writes ride the ``runs`` group commit (:mod:`pikku_mongo.writes.batcher`) in one
 client-level ``bulkWrite`` (MongoDB 8.0+, and nx-27017):
 
-* **stream entries**: a workflow body's stream writes wait for its next durable
-  boundary; they join the ``streams`` batcher's queue without sending at once, and the
-  ``runs`` batcher's next batch takes them;
+* **riders**: a workflow body's stream entries and values (inserts and upserts) wait for
+  its next durable boundary; they join their own batcher's queue (``streams``,
+  ``values``) without sending at once, and the ``runs`` batcher's next batch takes them;
 * **step outcomes** (``beside`` writes): a pass's write that starts a step carries the
   outcomes of the steps before it as upserts of their step documents or of a journal
   page (:mod:`pikku_mongo.writes.journal_pages`), so the run document, rewritten at every
@@ -76,21 +76,21 @@ async def send_riding(
     riders: Sequence[QueuedWrite],
     *,
     runs: AsyncCollection[Doc],
-    streams: AsyncCollection[Doc] | None,
     beside: AsyncCollection[Doc] | None,
     scratch: Doc,
 ) -> Ridden:
     """Send ``batch`` (run writes into ``runs``, with their ``beside`` writes into
-    ``beside``) and ``riders`` (inserts into ``streams``) in one client-level command,
-    and more only after a failed guard. Raises :class:`NotServed` (nothing was applied)
-    on a server without the command. ``scratch``: what matches a run document only a
-    guarded upsert can have made."""
-    items = _items(batch, riders, runs=runs, streams=streams, beside=beside)
+    ``beside``) and ``riders`` (inserts and upserts into the collection each names) in
+    one client-level command, and more only after a failed guard. Raises
+    :class:`NotServed` (nothing was applied) on a server without the command.
+    ``scratch``: what matches a run document only a guarded upsert can have made."""
+    items = _items(batch, riders, runs=runs, beside=beside)
     ordered = any(item.role == "beside" for item in items)
     ride = _Ride([*batch, *riders])
     commands = 0
     while items:
-        result, errors = await _command(runs, [item.model for item in items], ordered, commands)
+        models = [item.model for item in items]
+        result, errors = await client_bulk_write(runs, models, ordered=ordered, sent=commands)
         commands += 1
         # Ordered, the command stops at its first error: the items after it were not
         # attempted (unordered, every item was).
@@ -106,7 +106,6 @@ def _items(
     riders: Sequence[QueuedWrite],
     *,
     runs: AsyncCollection[Doc],
-    streams: AsyncCollection[Doc] | None,
     beside: AsyncCollection[Doc] | None,
 ) -> list[_Item]:
     """The command's models, in order: each run write followed by its ``beside``
@@ -120,9 +119,13 @@ def _items(
                 shard = {"run_id": filter["run_id"]} if "run_id" in filter else {}
                 items.append(_Item(index, "beside", model, shard))
     for index, write in enumerate(riders, len(batch)):
-        assert streams is not None
-        insert: _Model = InsertOne(write.filter, namespace=streams.full_name)
-        items.append(_Item(index, "rider", insert, {}))
+        assert write.namespace is not None
+        rider: _Model = (
+            InsertOne(write.filter, namespace=write.namespace)
+            if write.kind == "insert"
+            else UpdateOne(write.filter, write.update, upsert=True, namespace=write.namespace)
+        )
+        items.append(_Item(index, "rider", rider, {}))
     return items
 
 
@@ -207,11 +210,13 @@ class _Ride:
             await beside.delete_many({"$or": self._let_through})
 
 
-async def _command(
-    runs: AsyncCollection[Doc], models: list[_Model], ordered: bool, sent: int
+async def client_bulk_write(
+    runs: AsyncCollection[Doc], models: Sequence[_Model], *, ordered: bool, sent: int = 0
 ) -> tuple[Any, dict[int, Any]]:
-    """One client-level ``bulkWrite``: its (partial) result and its write errors by
-    index. ``sent``: commands sent before this one (only a first may be not served)."""
+    """One client-level ``bulkWrite`` (with ``runs``' write concern): its (partial)
+    result and its write errors by index. Raises :class:`NotServed` (nothing was applied)
+    on a server without the command; ``sent``: commands sent before this one (only a
+    first may be not served)."""
     try:
         result = await runs.database.client.bulk_write(
             models, ordered=ordered, verbose_results=True, write_concern=runs.write_concern
