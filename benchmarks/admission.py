@@ -5,7 +5,9 @@ the runs admitted over the time from serving to the last admission (the line is 
 in, first out among equal priorities, so the last run started is the last admitted). With a
 ``concurrency`` limit, admission keeps pace with the runs that end and free slots;
 without one, only the admitter's own cost shows. Commands are those of the serving
-process, per admitted run (admission and the runs' own passes)."""
+process, per admitted run (admission and the runs' own passes). Q2 runs it again with
+``keys`` keys (run ``n`` has key ``n % keys``), first come first served and with
+``fairness="key"`` (the last run started is the last admitted in both)."""
 
 from __future__ import annotations
 
@@ -21,9 +23,9 @@ WORKFLOW = "bench-queued"
 START_GROUP = 100
 
 
-def _engine(store: Any, concurrency: int | None) -> Engine:
+def _engine(store: Any, concurrency: int | None, fairness: str | None) -> Engine:
     engine = Engine(store, concurrency=32)
-    engine.queue(QUEUE, concurrency=concurrency)
+    engine.queue(QUEUE, concurrency=concurrency, fairness=fairness)
 
     async def one() -> int:
         return 1
@@ -36,17 +38,28 @@ def _engine(store: Any, concurrency: int | None) -> Engine:
 
 
 async def admission_rate(
-    kind: StoreKind, uri: str | None, depth: int, concurrency: int | None
+    kind: StoreKind,
+    uri: str | None,
+    depth: int,
+    concurrency: int | None,
+    *,
+    keys: int = 0,
+    fairness: str | None = None,
 ) -> Measurement:
     async with open_store(kind, uri, "q1_admit") as (store, counter, _):
         await store.init()
-        client = _engine(store, concurrency)
+        client = _engine(store, concurrency, fairness)
         last = ""
         for at in range(0, depth, START_GROUP):
             group = range(at, min(depth, at + START_GROUP))
-            ids = await asyncio.gather(*(client.start(WORKFLOW, n, queue=QUEUE) for n in group))
+            ids = await asyncio.gather(
+                *(
+                    client.start(WORKFLOW, n, queue=QUEUE, key=f"k{n % keys}" if keys else None)
+                    for n in group
+                )
+            )
             last = ids[-1]
-        server = _engine(store, concurrency)
+        server = _engine(store, concurrency, fairness)
         if counter is not None:
             counter.reset()
         began = time.perf_counter()

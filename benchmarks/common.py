@@ -9,7 +9,7 @@ import platform
 import statistics
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -161,6 +161,27 @@ def summarise(
         samples=[m.seconds for m in reps],
         note=note,
     )
+
+
+async def measure_parts(
+    workload: str,
+    parts: list[tuple[str, Callable[[], Awaitable[Measurement]]]],
+    progress: Any,
+    failed: Callable[[str, BaseException], None],
+    into: list[Summary],
+) -> None:
+    """Each part of a MongoStore-only ``workload`` measured once (a failure is reported
+    and the next part goes on), its summary appended to ``into``."""
+    for variant, fn in parts:
+        progress.stage(f"{workload} mongo {variant}")
+        try:
+            measured = await fn()
+        except Exception as exc:
+            failed(f"{workload} mongo {variant}", exc)
+            continue
+        finally:
+            progress.step()
+        into.append(summarise(workload, "mongo", variant, [measured]))
 
 
 # ---- counting MongoDB commands ------------------------------------------------------

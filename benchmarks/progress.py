@@ -62,6 +62,8 @@ def plan_units(sizes: Sizes, workloads: list[str], systems: list[str]) -> int:
             units += ("memory" in systems) + ("mongo" in systems)
         elif w == "Q1":
             units += len(sizes.q1_limits) * (("memory" in systems) + ("mongo" in systems))
+        elif w == "Q2":
+            units += 3 * ("mongo" in systems)
         elif w == "T1":
             units += 3 * ("mongo" in systems)
         elif w == "U1":

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from benchmarks.common import Summary
+from benchmarks.flow_keys import q2_rows
 from benchmarks.numbers import X, num, ratio, thousands
 from benchmarks.report_floor import floor_markdown
 from benchmarks.results import SYSTEMS, Results
@@ -229,6 +230,8 @@ def _rows(r: Results) -> list[Row]:
                     q1_cmds,
                 )
             )
+
+    rows += q2_rows(r)
 
     # T1: streams.
     t1_rows: tuple[tuple[str, str, str, Callable[[Summary], str]], ...] = (

@@ -27,7 +27,13 @@ from typing import Any
 
 import bson
 
-from benchmarks.common import REPO_ROOT, Measurement, Summary, open_store, summarise
+from benchmarks.common import (
+    REPO_ROOT,
+    Measurement,
+    Summary,
+    measure_parts,
+    open_store,
+)
 from engine_core import Engine, WorkflowContext, current_step
 from engine_core.common.clock import utcnow
 
@@ -179,16 +185,7 @@ async def measure_all(
         ("reader", lambda: reader_latency(uri)),
         ("size", lambda: run_size(uri)),
     ]
-    for variant, fn in parts:
-        progress.stage(f"T1 mongo {variant}")
-        try:
-            measured = await fn()
-        except Exception as exc:
-            failed(f"T1 mongo {variant}", exc)
-            continue
-        finally:
-            progress.step()
-        into.append(summarise("T1", "mongo", variant, [measured]))
+    await measure_parts("T1", parts, progress, failed, into)
 
 
 async def _serve(uri: str) -> None:

@@ -46,7 +46,9 @@ from benchmarks.report import save
 from benchmarks.report_markdown import full_markdown
 from benchmarks.results import Results
 
-WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6", "S1", "Q1", "T1", "T2", "U1", "A1")
+WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W6", "S1", "Q1", "Q2", "T1", "T2", "U1", "A1")
+#: The workloads that run on MongoStore alone, and the module that measures each.
+MONGO_ONLY = {"Q2": "benchmarks.flow_keys", "T1": "benchmarks.streams", "U1": "benchmarks.updates"}
 SYSTEMS = ("memory", "mongo", "dbos")
 DBOS_WORKLOADS = ("W1", "W2", "W3", "W4")
 
@@ -317,19 +319,16 @@ class Suite:
                     self.progress.step()
                 self.results.summaries.append(summarise("Q1", kind, variant, [measured]))
 
-    async def t1(self) -> None:
-        """Streams on MongoStore: see :mod:`benchmarks.streams` (one repetition each)."""
-        from benchmarks.streams import measure_all
-
+    async def mongo_only(self, workload: str) -> None:
+        """A MongoStore-only workload, each part once: T1 streams
+        (:mod:`benchmarks.streams`), Q2 flow control per key (:mod:`benchmarks.flow_keys`),
+        U1 an update's round trip (:mod:`benchmarks.updates`)."""
         if "mongo" in self.systems and self.uri is not None:
-            await measure_all(self.uri, self.progress, self._failed, self.results.summaries)
-
-    async def u1(self) -> None:
-        """An update's round trip on MongoStore: see :mod:`benchmarks.updates`."""
-        from benchmarks.updates import measure_all
-
-        if "mongo" in self.systems and self.uri is not None:
-            await measure_all(self.uri, self.progress, self._failed, self.results.summaries)
+            measure_all = importlib.import_module(MONGO_ONLY[workload]).measure_all
+            sized = {"sizes": self.z} if workload == "Q2" else {}
+            await measure_all(
+                self.uri, self.progress, self._failed, self.results.summaries, **sized
+            )
 
     async def t2(self) -> None:
         """A month of sleeps on a VirtualClock (:mod:`benchmarks.virtual_time`)."""
@@ -387,6 +386,8 @@ class Suite:
                     await self.dbos(workload)
                 if workload == "W1" and mongo and self.profile:
                     await self.profile_w1()
+            elif workload in MONGO_ONLY:
+                await self.mongo_only(workload)
             else:  # every other workload has a method of its name
                 await getattr(self, workload.lower())()
         self.results.runtime_s = time.perf_counter() - began

@@ -38,6 +38,7 @@ from engine_core.common.values import (
 )
 from engine_core.errors import StoreUnavailableError
 from engine_core.fleet.recovery import RecoveryReport, WorkflowRecovery
+from engine_core.flow.debounce import check_debounce, check_on_duplicate
 from engine_core.flow.queue_figures import queue_figures
 from engine_core.flow.queue_figures import store_declared_limits as declare_in_store
 from engine_core.flow.queues import declare
@@ -171,6 +172,8 @@ class Engine(ScheduleApi, RepairApi, TalkApi):
         worker_concurrency: int | None = None,
         key_concurrency: int | None = None,
         rate: str | None = None,
+        key_rate: str | None = None,
+        fairness: str | None = None,
     ) -> None:
         """Declare the queue ``name`` and its limits (None: no limit), before ``async
         with``, the same way in every process that starts or drives its runs.
@@ -178,7 +181,9 @@ class Engine(ScheduleApi, RepairApi, TalkApi):
         ``concurrency`` bounds the queue's admitted runs across the fleet and
         ``key_concurrency`` those of one ``key``, from admission until the run ends;
         ``worker_concurrency`` bounds how many of them this process drives at once;
-        ``rate="N/period"`` allows at most N admissions in any window of that length.
+        ``rate="N/period"`` allows at most N admissions in any window of that length,
+        ``key_rate="N/period"`` at most N per ``key``. ``fairness="key"`` admits the
+        keys in turn among runs of equal priority (None: first come, first served).
         """
         if self._host.serving:
             raise RuntimeError("declare queues before `async with engine`")
@@ -188,6 +193,8 @@ class Engine(ScheduleApi, RepairApi, TalkApi):
             worker_concurrency=worker_concurrency,
             key_concurrency=key_concurrency,
             rate=rate,
+            key_rate=key_rate,
+            fairness=fairness,
         )
         self._host.declare_queue(limits)
 
@@ -232,6 +239,10 @@ class Engine(ScheduleApi, RepairApi, TalkApi):
         dedup_id: str | None = None,
         delay: Duration | None = None,
         deadline: Duration | None = None,
+        debounce_key: str | None = None,
+        debounce: Duration | None = None,
+        debounce_timeout: Duration | None = None,
+        on_duplicate: str = "raise",
     ) -> str:
         """Record a run of ``workflow`` and return its id; the run proceeds in the background.
 
@@ -243,10 +254,22 @@ class Engine(ScheduleApi, RepairApi, TalkApi):
         :meth:`queue` describes); with ``delay`` it begins no earlier than that from
         now; past ``deadline`` from now it is cancelled with its children. While a run
         that has not ended holds the same ``dedup_id`` on the same queue, raises
-        :class:`DuplicateRunError` and records nothing. While the store is unreachable
-        it waits, up to the engine's ``store_timeout``, then raises
-        :class:`StoreUnavailableError`.
+        :class:`DuplicateRunError` and records nothing (``on_duplicate="return"``: returns
+        that run's id and records nothing; ``"cancel"``: cancels that run, with its
+        children, and starts this one). With ``debounce_key``: joins the pending run of
+        this workflow and key (its input replaced; its id returned) or makes one,
+        ``queued`` until ``debounce`` passes with no further start, and at most
+        ``debounce_timeout`` after the first. While the store is unreachable it waits, up
+        to the engine's ``store_timeout``, then raises :class:`StoreUnavailableError`.
         """
+        debounced = check_debounce(
+            debounce_key,
+            debounce,
+            debounce_timeout,
+            run_id=run_id,
+            dedup_id=dedup_id,
+            delay=delay,
+        )
         return await start_run(
             self._host,
             workflow,
@@ -258,6 +281,8 @@ class Engine(ScheduleApi, RepairApi, TalkApi):
             dedup_id=dedup_id,
             delay=delay,
             deadline=deadline,
+            debounce=debounced,
+            on_duplicate=check_on_duplicate(on_duplicate, dedup_id),
         )
 
     async def send_event(self, run_id: str, name: str, payload: Any = None) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
@@ -103,6 +105,14 @@ class RunRecord:
     #: A fork's origin (``engine.fork``): ``{"run_id", "step"}``, the run it was forked
     #: from and the first step it runs anew; None for a run that is not a fork.
     forked_from: dict[str, str] | None = None
+    #: On a queue declared ``fairness="key"``: the run waits in its line by turn (keys in
+    #: turn among equal priorities), ``queue_turn`` being the turn its store gave it when
+    #: it joined the line (see :class:`QueueState`).
+    fair: bool = False
+    queue_turn: int | None = None
+    #: A debounced start's key (``engine.start(debounce_key=...)``): the run is the
+    #: pending run of its (workflow, key) until its delay (``not_before``) is released.
+    debounce_key: str | None = None
 
 
 @dataclass
@@ -130,6 +140,24 @@ class QueueState:
     #: Runs an earlier version admitted and listed here (with their keys): counted
     #: while they have not ended, never added to.
     legacy: dict[str, str | None] = field(default_factory=dict)
+    #: With ``fairness="key"``: the highest turn admitted so far. A run joining the line
+    #: takes a turn one past its key's last, and at least this one, so a key that was
+    #: idle waits its turn with the others instead of going first.
+    turn: int = 0
+    #: With ``key_rate``: admissions per key that the keys' windows
+    #: (:class:`KeyWindow`) may not hold yet, as (key, time, count, the state version
+    #: that admitted them), one entry per key at most (see ``engine_core.flow.rate_windows``).
+    key_unsaved: list[tuple[str | None, datetime, int, int]] = field(default_factory=list)
+
+
+@dataclass
+class KeyWindow:
+    """One key's admissions within a queue's ``key_rate`` window, as (time, count) in a
+    bounded number of entries, and the version of the queue's state whose admissions
+    it holds (every admission of that version and earlier)."""
+
+    window: list[tuple[datetime, int]] = field(default_factory=list)
+    version: int = 0
 
 
 @dataclass(frozen=True)
@@ -139,6 +167,8 @@ class LinePage:
     priority: int
     created_at: datetime
     run_id: str
+    #: The run's turn, on a queue with ``fairness="key"``.
+    turn: int | None = None
 
 
 @dataclass
@@ -341,3 +371,11 @@ class Worker:
     pinned: bool = False
     workflow_versions: dict[str, str] = field(default_factory=dict)
     input_schemas: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def debounce_run_id(workflow: str, key: str, window: int) -> str:
+    """The id of the run of debounce window ``window`` (0, 1, ...) of ``workflow`` and
+    ``key``: the same in every process and store, so a start learns the pending run's id
+    from the window's number alone."""
+    name = json.dumps(["pikku-debounce", workflow, key, window])
+    return uuid.uuid5(uuid.NAMESPACE_URL, name).hex

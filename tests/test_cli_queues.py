@@ -48,3 +48,25 @@ async def test_queues_list_and_queued_runs(cli: Cli, engine_on: Engine) -> None:
     assert mail["admitted_this_minute"] + mail["admitted_last_minute"] == 1
     # The tool declares no queue: it shows the limits the serving engine stored.
     assert mail["concurrency"] is not None
+
+
+async def test_queues_list_shows_key_rate_fairness_and_the_keys_waiting(
+    cli: Cli,  # noqa: F811
+    engine_on: Engine,  # noqa: F811
+) -> None:
+    engine = engine_on
+    engine.queue("fair", key_rate="5/1m", fairness="key")
+    async with engine:  # a serving process stores the limits it declared
+        pass
+    for _ in range(3):
+        await engine.start("cli-wf", "ok", queue="fair", key="busy")
+    await engine.start("cli-wf", "ok", queue="fair", key="b")
+    await engine.start("cli-wf", "ok", queue="fair")
+    lines = cli("queues", "list").stdout.splitlines()
+    assert lines[0].split()[-6:] == ["rate", "key", "rate", "fairness", "keys", "waiting"]
+    assert lines[2].split()[0] == "fair" and lines[2].endswith(
+        "5/60s     key       3 (busy: 3, -: 1, b: 1)"
+    )
+    [fair] = as_json(cli("queues", "list", "--json"))
+    assert (fair["key_rate"], fair["fairness"], fair["keys_waiting"]) == ("5/60s", "key", 3)
+    assert fair["top_waiting_keys"] == [["busy", 3], [None, 1], ["b", 1]]

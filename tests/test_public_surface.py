@@ -98,6 +98,7 @@ WING_EXPORTS: dict[str, list[str]] = {
     "engine_core.store": [
         "EventStore",
         "FleetStore",
+        "FlowKeyStore",
         "FlowStore",
         "RunStore",
         "StepStore",

@@ -27,6 +27,7 @@ from engine_core.common.clock import REAL_CLOCK, Clock
 from engine_core.common.outages import Outages
 from engine_core.flow.admission import WINDOW_ENTRIES, Admitter
 from engine_core.flow.queues import declare
+from engine_core.flow.rate_windows import UNSAVED_KEYS
 from engine_core.records import RunRecord
 from engine_core.store import Store
 from engine_core.testing.builders import make_run
@@ -159,3 +160,40 @@ async def test_the_bounded_rate_window_never_admits_more_than_n_in_any_window(
     worst = max(sum(n for t, n in log if end - per < t <= end) for end, _ in log)
     assert worst <= 50
     assert line.admitted >= 11 * 50 * 0.8  # conservative, not starved
+
+
+class KeyedLine(EndlessLine):
+    """A fair line whose every run has a key of its own, never seen before (so each
+    round meets ``depth`` new keys), in turns that grow round by round."""
+
+    def __init__(self, store: Store, depth: int) -> None:
+        super().__init__(store, 0)
+        self.depth = depth
+        self.round = 0
+
+    async def queued_runs(self, queue: str, *, limit: int, after: Any = None) -> list[RunRecord]:
+        self.round += 1
+        made = (uuid.uuid4().hex for _ in range(min(limit, self.depth)))
+        return [queued(r, queue_key=f"tenant-{r}", fair=True, queue_turn=self.round) for r in made]
+
+
+async def test_a_fair_queue_with_a_key_rate_over_20000_keys_keeps_the_state_small(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = VirtualClock()
+    line = KeyedLine(store, admission.BATCH)
+    limits = declare("q", key_rate="5/1m", fairness="key")
+    admitter = Admitter(line, Runtime(clock), limits)  # type: ignore[arg-type]
+    rounds = 20_000 // admission.BATCH
+    for _ in range(rounds):
+        await admitter.admit_round()
+        await clock.advance(1)
+    assert line.admitted == 20_000  # every key had room: none is held back by the others
+    size = await _state_size(store)
+    # One entry at most per key whose window may not hold its admissions yet (the last
+    # round's keys: each round saves the windows of its own), at most UNSAVED_KEYS:
+    # about 8 KB here with 40-character keys, whatever the number of keys seen.
+    assert size < 16 * 1024, f"the queue's state is {size} bytes"
+    state = await store.get_queue_state("q")
+    assert state is not None and len(state.key_unsaved) <= UNSAVED_KEYS
+    assert state.turn == rounds

@@ -86,6 +86,14 @@ class QueueStatus:
     active: int
     admitted_last_minute: int
     admitted_this_minute: int
+    #: At most this many admissions per key in any window (``"10/60s"``), or None.
+    key_rate: str | None = None
+    #: ``"key"`` when the queue admits keys in turn; None: first come, first served.
+    fairness: str | None = None
+    #: On a fair queue: how many keys have runs waiting in the line, and the keys with
+    #: the most (key, runs waiting), most first, a few of them (None: runs without a key).
+    keys_waiting: int = 0
+    top_waiting_keys: tuple[tuple[str | None, int], ...] = ()
 
 
 @dataclass(frozen=True)

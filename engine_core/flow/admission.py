@@ -19,7 +19,13 @@ one lands and the other reads again. The state stays small whatever the limits:
 - the rate limit keeps admissions as (time, count) entries, at most
   :data:`WINDOW_ENTRIES`: when there are more, the two closest in time merge into one
   stamped with the later time, which counts every admission in it for at least as
-  long as its own time would. At most N admissions in any window, always.
+  long as its own time would. At most N admissions in any window, always. Each key's
+  (``key_rate``) is kept the same way in a record of its own, the state listing only
+  what those may not hold yet (:mod:`engine_core.flow.rate_windows`);
+- on a fair queue (``fairness="key"``) the line itself is in turn order (each run took
+  its key's next turn as it joined the line: see ``Store``'s ``FlowKeyStore``), and
+  the state keeps ``turn``, the highest turn admitted, that a key coming back from
+  idle starts from.
 
 A run holds its slot from the write that admits it until it ends, so a slot whose
 process died is not lost with it (its run is recovered and still counts) and frees
@@ -32,8 +38,9 @@ the head of the line, read the state, save the state, move the runs; plus, with
 ``concurrency`` or ``key_concurrency``, one read of the runs the last round reserved
 (by ``_id``), one count of a queue's admitted runs when ``concurrency`` may bind, and
 one count of the admitted runs of the batch's keys (one command for all of them) with
-``key_concurrency``. A run re-entering its queue (a retry) joins the line and is
-admitted like any other.
+``key_concurrency``; with ``key_rate``, one read of the keys' windows and one write of
+them. A run re-entering its queue (a retry) joins the line and is admitted like any
+other.
 """
 
 from __future__ import annotations
@@ -47,21 +54,32 @@ from datetime import datetime, timedelta
 
 from engine_core.common.periodic import Periodic
 from engine_core.common.runtime import Runtime
-from engine_core.flow.queues import QueueLimits, Rate
-from engine_core.records import TERMINAL, QueueState, RunRecord
+from engine_core.flow.queues import QueueLimits
+from engine_core.flow.rate_windows import (
+    WINDOW_ENTRIES,
+    KeyRates,
+    live_window,
+    read_key_rates,
+    window_with,
+)
+from engine_core.records import TERMINAL, LinePage, QueueState, RunRecord
 from engine_core.store import Store
+
+__all__ = ["BATCH", "WINDOW_ENTRIES", "Admission", "Admitter"]
 
 log = logging.getLogger("engine_core.flow.admission")
 
 #: Runs admitted by one round at most; also how much of the line a round reads, and
 #: how many runs a queue's state holds reserved at most.
 BATCH = 100
+#: Pages of :data:`BATCH` runs a round reads at most when runs of keys at their limit
+#: (``key_concurrency``, ``key_rate``) fill the head of the line while slots are free:
+#: the runs of other keys behind them are admitted, up to this deep.
+KEY_PAGES = 10
 #: How often an admitter looks at its line with nothing telling it to.
 POLL_S = 1.0
 #: How long a poked admitter waits for more pokes before its round.
 COALESCE_S = 0.005
-#: Entries of the rate window kept at most (see the module's docstring).
-WINDOW_ENTRIES = 64
 
 
 @dataclass(frozen=True)
@@ -69,7 +87,8 @@ class _Room:
     """What one admission round may admit: the head of the line not reserved yet, the
     runs a round reserved that are still in the line (``waiting``), the holders an
     earlier version kept (``legacy``), the rate window, the free slots, the admitted
-    runs counted (``held``; ``counted``: exactly) and those of each key."""
+    runs counted (``held``; ``counted``: exactly), those of each key, and the keys'
+    rate windows (with ``key_rate``)."""
 
     line: list[RunRecord]
     waiting: list[RunRecord]
@@ -79,6 +98,7 @@ class _Room:
     held: int
     counted: bool
     per_key: Counter[str | None]
+    key_rates: KeyRates | None
 
 
 class Admitter:
@@ -146,33 +166,57 @@ class Admitter:
             return len(line) == BATCH
         state = await self.store.get_queue_state(limits.name) or QueueState(limits.name)
         now = self.clock.now()
-        room = await self._room(state, line, now)
-        picked, full = self._pick(room.line, room.free, room.per_key)
+        room = await self._deeper(state, line, now)
+        picked, full = self._pick(room)
         if not picked:
             if room.waiting:
                 await self._admit(room.waiting)
             self._arm_rate_wake(room.window, now)
             return False
+        by_key = Counter(r.queue_key for r in picked)
+        rates = room.key_rates
+        unsaved = rates.entries_after(by_key, now, state.version + 1) if rates else []
         saved = QueueState(
             name=limits.name,
             version=state.version + 1,
             held=room.held + len(picked) if limits.concurrency is not None else 0,
             reserved=[r.run_id for r in room.waiting + picked] if limits.tracks_holders else [],
-            window=_window_with(room.window, now, len(picked)) if limits.rate is not None else [],
+            window=window_with(room.window, now, len(picked)) if limits.rate is not None else [],
             minutes=_count_minutes(state.minutes, now, len(picked)),
             legacy=room.legacy,
+            turn=max([state.turn, *(r.queue_turn or 0 for r in picked)]),
+            key_unsaved=unsaved,
         )
         if not await self.store.save_queue_state(saved, expect_version=state.version):
             return True  # another admitter moved first: read again
         self._counted = self._counted or room.counted
+        if rates is not None:
+            windows = rates.windows_to_save(by_key, now, unsaved)
+            await self.store.save_key_windows(limits.name, windows, version=saved.version)
         await self._admit(room.waiting + picked)
-        return not full and len(room.line) == BATCH
+        return not full and len(room.line) >= BATCH
+
+    async def _deeper(self, state: QueueState, line: list[RunRecord], now: datetime) -> _Room:
+        """The room for ``line``, read further down the line (up to :data:`KEY_PAGES`
+        pages) while runs of keys at their limit fill it and slots are free."""
+        room = await self._room(state, line, now)
+        for _ in range(KEY_PAGES - 1):
+            if not _keys_held_back(room, self._pick(room)[0]) or len(line) % BATCH:
+                break
+            last = line[-1]
+            after = LinePage(last.priority, last.created_at, last.run_id, last.queue_turn)
+            more = await self.store.queued_runs(self.limits.name, limit=BATCH, after=after)
+            if not more:
+                break
+            line = line + more
+            room = await self._room(state, line, now)
+        return room
 
     async def _room(self, state: QueueState, line: list[RunRecord], now: datetime) -> _Room:
         """What the limits leave for ``line`` (the head of the queue's line) as ``state``
         and the admitted runs stand now."""
         limits = self.limits
-        window = _live_window(state.window, now, limits.rate)
+        window = live_window(state.window, now, limits.rate)
         waiting: list[RunRecord] = []  # reserved by a round, still in the line
         if state.reserved and limits.tracks_holders:
             waiting = await self.store.get_runs(state.reserved, status_in=("queued",))
@@ -193,7 +237,10 @@ class Admitter:
                 counted = True
             free = min(free, limits.concurrency - held - len(legacy))
         per_key = await self._per_key(line, waiting, legacy)
-        return _Room(line, waiting, legacy, window, free, held, counted, per_key)
+        rates = None
+        if limits.key_rate is not None and line:
+            rates = await read_key_rates(self.store, limits.key_rate, state, line, now)
+        return _Room(line, waiting, legacy, window, free, held, counted, per_key, rates)
 
     async def _per_key(
         self, line: list[RunRecord], waiting: list[RunRecord], legacy: dict[str, str | None]
@@ -207,23 +254,26 @@ class Admitter:
             per_key.update(legacy.values())
         return per_key
 
-    def _pick(
-        self, line: list[RunRecord], free: float, per_key: Counter[str | None]
-    ) -> tuple[list[RunRecord], bool]:
-        """The runs of ``line`` to admit now, with ``free`` slots (``per_key`` taken per
-        key), and whether a limit stopped the pick."""
+    def _pick(self, room: _Room) -> tuple[list[RunRecord], bool]:
+        """The runs of the room's line to admit now, within its free slots and each
+        key's limits, and whether a limit stopped the pick."""
         key_limit = self.limits.key_concurrency
+        per_key, free, rates = Counter(room.per_key), room.free, room.key_rates
         picked: list[RunRecord] = []
+        by_key: Counter[str | None] = Counter()
         full = False
-        for run in line:
+        for run in room.line:
             if free <= 0:
                 full = True
                 break
-            if key_limit is not None:
-                if per_key[run.queue_key] >= key_limit:
-                    full = True  # this key waits; runs of other keys may go past it
-                    continue
-                per_key[run.queue_key] += 1
+            key = run.queue_key
+            if (key_limit is not None and per_key[key] >= key_limit) or (
+                rates is not None and not rates.room(key, by_key)
+            ):
+                full = True  # this key waits; runs of other keys may go past it
+                continue
+            per_key[key] += 1
+            by_key[key] += 1
             picked.append(run)
             free -= 1
         return picked, full
@@ -269,28 +319,10 @@ class Admitter:
         self._next_at = max(now, frees_at) + timedelta(milliseconds=1)
 
 
-def _live_window(
-    window: list[tuple[datetime, int]], now: datetime, rate: Rate | None
-) -> list[tuple[datetime, int]]:
-    """The entries of ``window`` still inside the rate window that ends at ``now``."""
-    if rate is None:
-        return []
-    since = now - timedelta(seconds=rate.per)
-    return [(t, n) for t, n in window if t > since]
-
-
-def _window_with(
-    window: list[tuple[datetime, int]], now: datetime, admitted: int
-) -> list[tuple[datetime, int]]:
-    """``window`` with ``admitted`` admissions at ``now``, in at most
-    :data:`WINDOW_ENTRIES` entries: the two entries closest in time merge into one at
-    the later time (so each admission is counted at least as long as its own time
-    says: merging may delay an admission, never allow one too many)."""
-    entries = sorted([*window, (now, admitted)])
-    while len(entries) > WINDOW_ENTRIES:
-        i = min(range(len(entries) - 1), key=lambda j: entries[j + 1][0] - entries[j][0])
-        entries[i : i + 2] = [(entries[i + 1][0], entries[i][1] + entries[i + 1][1])]
-    return entries
+def _keys_held_back(room: _Room, picked: list[RunRecord]) -> bool:
+    """Whether a round left runs of its line behind for their keys' limits while it
+    had slots to spare."""
+    return len(picked) < min(room.free, len(room.line))
 
 
 def _count_minutes(

@@ -8,11 +8,14 @@ from dataclasses import dataclass
 
 from engine_core.common.durations import parse_duration
 from engine_core.common.values import check_name
-from engine_core.errors import InvalidLimitError, QueueNotDeclaredError
+from engine_core.errors import InvalidLimitError, InvalidOptionError, QueueNotDeclaredError
 
 _RATE = re.compile(r"^\s*(\d+)\s*/\s*(.+?)\s*$")
 #: Priorities are integers in this range (stores order them exactly).
 MAX_PRIORITY = 10**15
+#: The orders a queue may admit its runs in: None (first come, first served among
+#: equal priorities) or ``"key"`` (keys in turn).
+FAIRNESS = (None, "key")
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,8 @@ class QueueLimits:
     worker_concurrency: int | None = None
     key_concurrency: int | None = None
     rate: Rate | None = None
+    key_rate: Rate | None = None
+    fairness: str | None = None
 
     @property
     def tracks_holders(self) -> bool:
@@ -39,25 +44,52 @@ class QueueLimits:
         return self.concurrency is not None or self.key_concurrency is not None
 
     @property
+    def fair(self) -> bool:
+        """Whether the queue admits keys in turn (``fairness="key"``)."""
+        return self.fairness == "key"
+
+    @property
     def unlimited(self) -> bool:
-        """No fleet-wide limit: every run in line may be admitted at once."""
-        return not self.tracks_holders and self.rate is None
+        """No fleet-wide limit and no state to keep: every run in line may be admitted
+        at once."""
+        return (
+            not self.tracks_holders
+            and self.rate is None
+            and self.key_rate is None
+            and not self.fair
+        )
 
 
-def parse_rate(rate: object) -> Rate:
-    """``"N/period"`` (``"100/1m"``, ``"5/s"``, ``"10/30s"``) as a :class:`Rate`."""
+def parse_rate(rate: object, what: str = "rate") -> Rate:
+    """``"N/period"`` (``"100/1m"``, ``"5/s"``, ``"10/30s"``) as a :class:`Rate`;
+    ``what`` names the argument in the error."""
     match = _RATE.match(rate) if isinstance(rate, str) else None
     if match is None:
         raise InvalidLimitError(
-            f"rate must be a string 'N/period' such as '100/1m' or '5/s', not {rate!r}"
+            f"{what} must be a string 'N/period' such as '100/1m' or '5/s', not {rate!r}"
         )
     count, period = int(match.group(1)), match.group(2)
     if period in ("ms", "s", "m", "h", "d"):
         period = "1" + period
-    per = parse_duration(period, what="rate period")
+    per = parse_duration(period, what=f"{what} period")
     if count < 1 or per <= 0:
-        raise InvalidLimitError(f"rate {rate!r} must allow at least 1 run per non-zero period")
+        raise InvalidLimitError(f"{what} {rate!r} must allow at least 1 run per non-zero period")
     return Rate(count, per)
+
+
+def rate_text(rate: Rate | None) -> str | None:
+    """A rate as the store keeps it and operators read it (``"100/60s"``)."""
+    return None if rate is None else f"{rate.count}/{rate.per:g}s"
+
+
+def check_fairness(fairness: object) -> str | None:
+    """``fairness`` is None (first come, first served) or ``"key"``."""
+    if fairness not in FAIRNESS:
+        raise InvalidOptionError(
+            f"fairness must be None (first come, first served) or 'key' (keys in turn), "
+            f"not {fairness!r}"
+        )
+    return fairness if isinstance(fairness, str) else None
 
 
 def _limit(value: object, what: str) -> int | None:
@@ -75,6 +107,8 @@ def declare(
     worker_concurrency: object = None,
     key_concurrency: object = None,
     rate: object = None,
+    key_rate: object = None,
+    fairness: object = None,
 ) -> QueueLimits:
     """The limits of a queue declaration, checked."""
     return QueueLimits(
@@ -83,6 +117,8 @@ def declare(
         worker_concurrency=_limit(worker_concurrency, "worker_concurrency"),
         key_concurrency=_limit(key_concurrency, "key_concurrency"),
         rate=parse_rate(rate) if rate is not None else None,
+        key_rate=parse_rate(key_rate, "key_rate") if key_rate is not None else None,
+        fairness=check_fairness(fairness),
     )
 
 

@@ -77,12 +77,14 @@ class RunTimers:
         waits out a store outage, like the host's wake-ups."""
         outages = self.runtime.outages
         if run.not_before is not None:
+            release = self.release_due
+            if run.debounce_key is not None:
+                run_id = run.run_id
+                release = lambda: self.release_debounced(run_id)  # noqa: E731
             self._timers.at(
                 ("delay", run.run_id),
                 run.not_before,
-                lambda: self.runtime.spawn(
-                    outages.call(self.release_due), "release of delayed runs"
-                ),
+                lambda: self.runtime.spawn(outages.call(release), "release of delayed runs"),
                 run_id=run.run_id,
             )
         if run.deadline_at is not None:
@@ -137,6 +139,15 @@ class RunTimers:
             released += len(runs)
             if len(due) < SWEEP_BATCH:
                 return released
+
+    async def release_debounced(self, run_id: str) -> int:
+        """Release what is due; a debounced run that a later start moved on (here or
+        elsewhere) gets its timer again, for its new due time."""
+        released = await self.release_due()
+        run = await self.store.get_run(run_id)
+        if run is not None and run.status == "queued" and run.not_before is not None:
+            self.arm(run)
+        return released
 
     async def expire(self, run_id: str) -> None:
         """Cancel the run, with its children, if it is past its deadline and not ended."""

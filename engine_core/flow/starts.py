@@ -65,6 +65,7 @@ def new_run(
         queue_key=key,
         priority=priority,
         dedup_id=dedup_id,
+        fair=limits is not None and limits.fair,
     )
     if delay is not None:
         wait = parse_duration(delay, what="delay")

@@ -29,6 +29,7 @@ from engine_core.fleet.timers import Timers
 from engine_core.fleet.waiters import RunWaiters
 from engine_core.fleet.worker import Worker
 from engine_core.flow.admission import Admission
+from engine_core.flow.queue_figures import limits_doc
 from engine_core.flow.queue_slots import QueueSlots
 from engine_core.flow.queues import QueueLimits, add_queue
 from engine_core.flow.run_timers import RunTimers
@@ -220,7 +221,7 @@ class Host:
             self._instance_id,
             list(self._workflows),
             list(self._step_functions),
-            {name: queue_limits(limits) for name, limits in self._queues.items()},
+            {name: limits_doc(limits) for name, limits in self._queues.items()},
             self._config.concurrency,
             self.slots_used(),
             self._versions,
@@ -484,14 +485,3 @@ def _register(registry: dict[str, Any], name: str, fn: Any, what: str) -> None:
         raise ValueError(f"a {what} named {name!r} is already registered")
     registry[name] = fn
     mark_registered(fn, what, name)
-
-
-def queue_limits(limits: QueueLimits) -> dict[str, object]:
-    """A declared queue's limits as the registry records them."""
-    rate = limits.rate
-    return {
-        "concurrency": limits.concurrency,
-        "worker_concurrency": limits.worker_concurrency,
-        "key_concurrency": limits.key_concurrency,
-        "rate": None if rate is None else f"{rate.count}/{rate.per:g}s",
-    }

@@ -4,8 +4,11 @@ record the run, and set it going here when this process can begin it at once."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from datetime import timedelta
 from typing import Any, TypeVar
 
 import engine_core.common.lifecycle_log as lifecycle_log
@@ -15,14 +18,17 @@ from engine_core.common.durations import Duration
 from engine_core.common.values import check_name, check_run_id, to_stored
 from engine_core.errors import DuplicateRunError, InvalidRunIdError, StoreUnavailableError
 from engine_core.fleet.schemas import check_input_schema
+from engine_core.flow.debounce import Debounce
 from engine_core.flow.queue_figures import limits_of
 from engine_core.flow.starts import hold_first_pass, new_run
 from engine_core.front.host import Host
 from engine_core.mirror import mirror_run
-from engine_core.records import RunRecord
+from engine_core.records import TERMINAL, RunRecord
 from engine_core.run.mismatch import read_input
 
 _T = TypeVar("_T")
+#: A store call of one start, waiting out an outage within the start's ``store_timeout``.
+_Call = Callable[[Callable[[], Awaitable[Any]]], Awaitable[Any]]
 
 
 async def start_run(
@@ -37,6 +43,8 @@ async def start_run(
     dedup_id: str | None,
     delay: Duration | None,
     deadline: Duration | None,
+    debounce: Debounce | None = None,
+    on_duplicate: str = "raise",
 ) -> str:
     """Start a run as :meth:`Engine.start <engine_core.Engine.start>` documents, its
     store calls waiting out an outage for ``store_timeout`` in all.
@@ -55,14 +63,23 @@ async def start_run(
     try:
         run, adopt = await _planned(host, call, workflow, input, run_id, queue=queue, key=key,
                                     priority=priority, dedup_id=dedup_id, delay=delay,
-                                    deadline=deadline)  # fmt: skip
+                                    deadline=deadline, may_adopt=debounce is None)  # fmt: skip
     except StoreUnavailableError as exc:
         raise StoreUnavailableError(
             f"{exc}; run {run_id!r} was not recorded: start it again (with "
             f"run_id={run_id!r}, it starts at most once)",
             run_id=run_id,
         ) from exc
-    existing = await _insert(host, call, run)
+    if debounce is not None:
+        return await start_debounced(host, call, run, debounce)
+    try:
+        existing = await _insert(host, call, run)
+    except DuplicateRunError as exc:
+        if on_duplicate == "return":
+            return exc.run_id
+        if on_duplicate != "cancel":
+            raise
+        existing = await insert_replacing(host, call, run, exc.run_id)
     if existing is not None and existing.wire.get("traceparent") != run.wire["traceparent"]:
         if existing.workflow != workflow:
             raise InvalidRunIdError(
@@ -75,9 +92,7 @@ async def start_run(
     return run_id
 
 
-async def _insert(
-    host: Host, call: Callable[[Callable[[], Awaitable[Any]]], Awaitable[Any]], run: RunRecord
-) -> RunRecord | None:
+async def _insert(host: Host, call: _Call, run: RunRecord) -> RunRecord | None:
     """Insert ``run``: None, or the run that holds its id (this call's own, when an
     earlier try landed and its reply was lost)."""
     run_id = run.run_id
@@ -100,15 +115,17 @@ async def _insert(
 
 async def _planned(
     host: Host,
-    call: Callable[[Callable[[], Awaitable[Any]]], Awaitable[Any]],
+    call: _Call,
     workflow: str,
     input: Any,
     run_id: str,
+    *,
+    may_adopt: bool,
     **flow: Any,
 ) -> tuple[RunRecord, bool]:
     """The run to insert, checked (and whether this process begins its first pass in
-    the insert): ``input`` against the workflow's type, or by name against what the
-    fleet serves; ``queue`` declared here or by the fleet."""
+    the insert, when it ``may_adopt``): ``input`` against the workflow's type, or by
+    name against what the fleet serves; ``queue`` declared here or by the fleet."""
     local = workflow in host.workflows
     version = host.workflow_version(workflow)
     if local:
@@ -134,10 +151,70 @@ async def _planned(
     run = new_run(workflow, input, run_id=run_id, started_by=host.instance_id, queues=queues,
                   now=host.clock.now(), **flow)  # fmt: skip
     run.version = version
-    adopt = local and run.status == "running" and host.room_to_adopt() > 0
+    adopt = may_adopt and local and run.status == "running" and host.room_to_adopt() > 0
     if adopt:
         hold_first_pass(run, host.instance_id, host.config.lease_ttl)
     return run, adopt
+
+
+async def start_debounced(host: Host, call: _Call, run: RunRecord, debounce: Debounce) -> str:
+    """Record a debounced start: the pending run of its workflow and key, joined or
+    made (see ``Store.debounce_run``). This process arms a timer for the run's new
+    due time (which fires, then looks again in case a later start moved it)."""
+    run.status, run.pending_pass, run.debounce_key = "queued", False, debounce.key
+    found: tuple[str, bool] = await call(
+        lambda: host.store.debounce_run(run, quiet=debounce.quiet, timeout=debounce.timeout)
+    )
+    run_id, created = found
+    pending = replace(
+        run, run_id=run_id, not_before=host.clock.now() + timedelta(seconds=debounce.quiet)
+    )
+    if created:
+        await announce(host, pending)
+    elif host.serving:
+        host.run_timers.arm(pending)
+    return run_id
+
+
+async def insert_replacing(
+    host: Host, call: _Call, run: RunRecord, holder: str
+) -> RunRecord | None:
+    """``on_duplicate="cancel"``: cancel the live run holding ``run``'s dedup id (with
+    its children) and insert ``run`` in its place, as :func:`_insert` does; again while
+    another start took the id first. Of concurrent such starts each cancels the holder
+    it finds, and the store's claim lets one insert at a time, so one run is left live."""
+    pause = 0.01
+    while True:
+        if not await stop_holder(host, call, run, holder):
+            # Claimed by a start that has not inserted its run yet: wait for it.
+            await asyncio.sleep(pause)
+            pause = min(2 * pause, 1.0)
+        try:
+            return await _insert(host, call, run)
+        except DuplicateRunError as exc:
+            holder = exc.run_id
+
+
+async def stop_holder(host: Host, call: _Call, run: RunRecord, holder: str) -> bool:
+    """Cancel ``holder`` (holding ``run``'s dedup id) unless it has ended; False when it
+    does not exist yet. :class:`DuplicateRunError` when it cannot be cancelled."""
+    found: RunRecord | None = await call(lambda: host.store.get_run(holder))
+    if found is None:
+        return False
+    if found.status == "compensating":
+        raise DuplicateRunError(
+            f"run {holder!r} holds dedup id {run.dedup_id!r} and is compensating: it "
+            "cannot be cancelled (on_duplicate='cancel'); start again once it has ended",
+            run_id=holder,
+        )
+    if found.status not in TERMINAL:
+        error = {
+            "type": "WorkflowRunCancelledError",
+            "message": f"run {holder!r} was cancelled: run {run.run_id!r} replaced it "
+            f"(dedup id {run.dedup_id!r}, on_duplicate='cancel')",
+        }
+        await call(lambda: host.control.cancel(holder, error=error))
+    return True
 
 
 async def announce(host: Host, run: RunRecord, *, adopt: bool = False) -> None:

@@ -15,6 +15,7 @@ from engine_core.records import (
     RunRecord,
     RunState,
     ScheduleRecord,
+    debounce_run_id,
 )
 from engine_core.store import TimeSource
 
@@ -28,6 +29,30 @@ class FlowMemory:
     _queues: dict[str, QueueState]
     _schedules: dict[str, ScheduleRecord]
     _dedup: dict[tuple[str, str], str]
+    #: (queue, key) -> the turn the key's next run in a fair line takes at least.
+    _turns: dict[tuple[str, str | None], int]
+    #: (workflow, debounce key) -> the open window's number, or closed: (number, None).
+    _windows: dict[tuple[str, str], tuple[int, tuple[datetime, float | None] | None]]
+
+    def _line_up(self, run: RunRecord) -> None:
+        """A run joining its queue's line in order: on a fair queue it takes its turn
+        (see :class:`~engine_core.store.FlowKeyStore`)."""
+        if not run.fair or run.queue is None or run.status != "queued" or run.not_before:
+            return
+        state = self._queues.get(run.queue)
+        floor = state.turn if state is not None else 0
+        pair = (run.queue, run.queue_key)
+        run.queue_turn = max(self._turns.get(pair, 0), floor)
+        self._turns[pair] = run.queue_turn + 1
+
+    def _end_window(self, run: RunRecord) -> None:
+        """``run`` left its debounce window's pending state: the window ends."""
+        if run.debounce_key is None:
+            return
+        pair = (run.workflow, run.debounce_key)
+        number, opened = self._windows.get(pair, (0, None))
+        if opened is not None and debounce_run_id(*pair, number) == run.run_id:
+            self._windows[pair] = (number + 1, None)
 
     # ---- flow control: queues, delays, deadlines ---------------------------------
 
@@ -49,13 +74,10 @@ class FlowMemory:
         self, queue: str, *, limit: int, after: LinePage | None = None
     ) -> list[RunRecord]:
         """:meth:`Store.queued_runs <engine_core.store.Store.queued_runs>`, in memory."""
-        start = (after.priority, after.created_at, after.run_id) if after is not None else None
-        line = sorted(
-            (r for r in self._runs.values() if _in_line(r, queue)),
-            key=lambda r: (r.priority, r.created_at, r.run_id),
-        )
-        if start is not None:
-            line = [r for r in line if (r.priority, r.created_at, r.run_id) > start]
+        line = sorted((r for r in self._runs.values() if _in_line(r, queue)), key=_place)
+        if after is not None:
+            start = _place(after)
+            line = [r for r in line if _place(r) > start]
         return [clone(r) for r in line[:limit]]
 
     async def admit_runs(self, runs: Sequence[RunRecord]) -> int:
@@ -129,13 +151,18 @@ class FlowMemory:
         """:meth:`Store.release_delayed_runs
         <engine_core.store.Store.release_delayed_runs>`, in memory."""
         released = []
-        for run_id in dict.fromkeys(r.run_id for r in runs):
-            run = self._runs.get(run_id)
+        for read in {r.run_id: r for r in runs}.values():
+            run = self._runs.get(read.run_id)
             if run is None or run.status != "queued" or run.not_before is None:
                 continue
+            if run.not_before != read.not_before:
+                continue  # a debounced start moved it since it was read
             run.not_before = None
+            self._end_window(run)
             if run.queue is None:
                 self._admit(run)
+            else:
+                self._line_up(run)
             released.append(clone(run))
         return released
 
@@ -171,6 +198,7 @@ class FlowMemory:
         stored.deadline_at = run.deadline_at
         stored.deadline_s = run.deadline_s
         stored.updated_at = self.clock.now()
+        self._line_up(stored)
         return clone(stored)
 
     async def find_deadlines(self, before: datetime, limit: int) -> list[RunRecord]:
@@ -247,6 +275,13 @@ class FlowMemory:
         found.next_fire_at = next_fire_at
         found.updated_at = self.clock.now()
         return True
+
+
+def _place(run: RunRecord | LinePage) -> tuple[int, bool, int, datetime, str]:
+    """Where a run stands in its line: priority, then turn (runs without one first),
+    then start time and id."""
+    turn = run.queue_turn if isinstance(run, RunRecord) else run.turn
+    return (run.priority, turn is not None, turn or 0, run.created_at, run.run_id)
 
 
 def _in_line(run: RunRecord, queue: str) -> bool:

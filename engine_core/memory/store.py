@@ -16,6 +16,7 @@ from engine_core.errors import DuplicateRunError
 from engine_core.memory.cloning import clone
 from engine_core.memory.events import EventLeaseMemory
 from engine_core.memory.flow import FlowMemory
+from engine_core.memory.flow_keys import FlowKeyMemory
 from engine_core.memory.steps import StepMemory
 from engine_core.memory.streams import StreamMemory
 from engine_core.memory.talk import TalkMemory
@@ -25,6 +26,7 @@ from engine_core.records import (
     TERMINAL,
     EventRecord,
     InflightStep,
+    KeyWindow,
     Lease,
     QueueState,
     RunRecord,
@@ -36,7 +38,13 @@ from engine_core.store import TimeSource
 
 
 class InMemoryStore(
-    StepMemory, EventLeaseMemory, FlowMemory, WorkerMemory, StreamMemory, TalkMemory
+    StepMemory,
+    EventLeaseMemory,
+    FlowMemory,
+    FlowKeyMemory,
+    WorkerMemory,
+    StreamMemory,
+    TalkMemory,
 ):
     """A single-process store that keeps everything in dicts."""
 
@@ -57,6 +65,9 @@ class InMemoryStore(
         self._dedup: dict[tuple[str, str], str] = {}
         self._schedules: dict[str, ScheduleRecord] = {}
         self._queue_limits: dict[str, dict[str, Any]] = {}
+        self._turns: dict[tuple[str, str | None], int] = {}
+        self._windows: dict[tuple[str, str], tuple[int, tuple[datetime, float | None] | None]] = {}
+        self._key_windows: dict[tuple[str, str | None], KeyWindow] = {}
 
     async def init(self) -> None:
         """:meth:`Store.init <engine_core.store.Store.init>`, in memory."""
@@ -96,7 +107,9 @@ class InMemoryStore(
                     run_id=holder.run_id,
                 )
             self._dedup[pair] = run.run_id
-        self._runs[run.run_id] = clone(run)
+        stored = clone(run)
+        self._line_up(stored)
+        self._runs[run.run_id] = stored
         return None
 
     async def get_run(self, run_id: str) -> RunRecord | None:

@@ -15,6 +15,7 @@ from engine_core.store.clock import TimeSource
 from engine_core.store.events import EventStore
 from engine_core.store.fleet import FleetStore
 from engine_core.store.flow import FlowStore
+from engine_core.store.flow_keys import FlowKeyStore
 from engine_core.store.runs import RunStore
 from engine_core.store.steps import StepStore
 from engine_core.store.streams import StreamStore
@@ -23,6 +24,7 @@ from engine_core.store.talk import TalkStore
 __all__ = [
     "EventStore",
     "FleetStore",
+    "FlowKeyStore",
     "FlowStore",
     "RunStore",
     "StepStore",
@@ -35,10 +37,18 @@ __all__ = [
 
 @typing.runtime_checkable
 class Store(
-    RunStore, FlowStore, StepStore, EventStore, StreamStore, TalkStore, FleetStore, typing.Protocol
+    RunStore,
+    FlowStore,
+    FlowKeyStore,
+    StepStore,
+    EventStore,
+    StreamStore,
+    TalkStore,
+    FleetStore,
+    typing.Protocol,
 ):
     """What the engine needs from storage, one protocol per part of it (``runs``,
-    ``flow``, ``steps``, ``events``, ``streams``, ``talk``, ``fleet``). See
+    ``flow``, ``flow_keys``, ``steps``, ``events``, ``streams``, ``talk``, ``fleet``). See
     ``engine_core.testing`` for the suite that checks an implementation against every
     guarantee stated."""
 

@@ -66,9 +66,11 @@ class FlowStore(Protocol):
 
     async def release_delayed_runs(self, runs: Sequence[RunRecord]) -> list[RunRecord]:
         """Clear ``not_before`` of each of these runs (as :meth:`find_delayed_runs` read
-        them) that is still ``queued`` with one: a run on a queue joins its line, a run
-        without one moves to ``running``, owed a pass. Returns the runs this call
-        released, as they are after the write (of concurrent calls, one releases each)."""
+        them) that is still ``queued`` with the same ``not_before`` (a debounced start
+        may have moved it later since: that run stays): a run on a queue joins its line,
+        a run without one moves to ``running``, owed a pass. A debounced run released
+        ends its debounce window. Returns the runs this call released, as they are after
+        the write (of concurrent calls, one releases each)."""
 
     async def dedup_holder(self, queue: str | None, dedup_id: str) -> str | None:
         """The id of the run that is not terminal holding (``queue``, ``dedup_id``), or

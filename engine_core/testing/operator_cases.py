@@ -59,9 +59,12 @@ class OperatorCases:
         none = dict.fromkeys(("concurrency", "worker_concurrency", "key_concurrency", "rate"))
         await store.put_queue_limits("a\x00b", none)
         await store.put_queue_limits("orders", {**orders, "rate": None})  # replaced
+        fair = {**none, "key_rate": "10/60s", "fairness": "key"}
+        await store.put_queue_limits("fair", fair)
         assert await store.list_queue_limits() == {
             "orders": {**orders, "rate": None},
             "a\x00b": none,
+            "fair": fair,
         }
 
     async def test_a_schedule_keeps_its_catch_up(self, store: Store) -> None:

@@ -8,7 +8,7 @@ from dataclasses import asdict, is_dataclass
 from datetime import datetime
 from typing import Any
 
-from engine_core import Engine, RunStatus, StepStatus
+from engine_core import Engine, QueueStatus, RunStatus, StepStatus
 from engine_core.fleet.registry import why_undriven
 from engine_core.records import UpdateRecord
 from pikku_mongo.doctor.stranded import DRIVEN
@@ -203,7 +203,8 @@ async def _workers(engine: Engine) -> tuple[Any, str]:
 
 async def _queues(engine: Engine) -> tuple[Any, str]:
     """``pikku-mongo queues list``: the queues found in the store, with their figures
-    and the limits a serving process declared them with (stored)."""
+    and the limits a serving process declared them with (stored); for a fair queue, the
+    keys waiting (how many, and those with the most runs)."""
     queues = await engine.list_queues()
     rows = [
         [
@@ -216,18 +217,18 @@ async def _queues(engine: Engine) -> tuple[Any, str]:
             _limit(q.key_concurrency),
             _limit(q.worker_concurrency),
             _limit(q.rate),
+            _limit(q.key_rate),
+            _limit(q.fairness),
+            _keys_waiting(q) if q.fairness else "-",
         ]
         for q in queues
     ]
-    headers = [
-        "queue",
-        "queued",
-        "active",
-        "admitted last min",
-        "this min",
-        "concurrency",
-        "per key",
-        "per worker",
-        "rate",
-    ]
+    headers = ["queue", "queued", "active", "admitted last min", "this min", "concurrency"]
+    headers += ["per key", "per worker", "rate", "key rate", "fairness", "keys waiting"]
     return [_jsonable(q) for q in queues], _table(headers, rows)
+
+
+def _keys_waiting(queue: QueueStatus) -> str:
+    """'3 (busy: 120, b: 4, -: 1)': the keys waiting, the busiest first (-: no key)."""
+    top = ", ".join(f"{'-' if k is None else k}: {n}" for k, n in queue.top_waiting_keys)
+    return f"{queue.keys_waiting} ({top})" if top else str(queue.keys_waiting)

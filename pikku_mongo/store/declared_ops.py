@@ -4,9 +4,10 @@ that declared nothing) shows them.
 
 One document per queue, ``_id`` = the packed queue name::
 
-    {_id, concurrency, worker_concurrency, key_concurrency, rate}
+    {_id, concurrency, worker_concurrency, key_concurrency, rate, key_rate, fairness}
 
-(each an int, or the rate a string such as ``"100/60s"``, or null for no limit). A
+(each an int, or the rates a string such as ``"100/60s"``, or null for no limit;
+``fairness`` ``"key"`` or null; a field the declaring version did not know is absent). A
 fleet has few queues; each method says what it costs.
 """
 
@@ -22,7 +23,7 @@ from pikku_mongo.wire.documents import Doc
 from pikku_mongo.wire.encoding import pack, unpack
 from pikku_mongo.wire.retry import transient_retry
 
-_FIELDS = ("concurrency", "worker_concurrency", "key_concurrency", "rate")
+_FIELDS = ("concurrency", "worker_concurrency", "key_concurrency", "rate", "key_rate", "fairness")
 
 
 @dataclass(eq=False)
@@ -36,11 +37,11 @@ class DeclaredOps:
         """1 replace, upserting."""
         queue_id = pack(check_str(name, "queue name"))
         # The _id in the document too: not every server takes it from the filter.
-        doc = {"_id": queue_id, **{field: limits.get(field) for field in _FIELDS}}
+        doc = {"_id": queue_id, **{f: limits[f] for f in _FIELDS if f in limits}}
         await self.queue_limits.replace_one({"_id": queue_id}, doc, upsert=True)
 
     @transient_retry
     async def list_queue_limits(self) -> dict[str, dict[str, Any]]:
         """1 find of every document."""
         docs = await self.queue_limits.find({}).to_list()
-        return {unpack(d["_id"]): {f: d.get(f) for f in _FIELDS} for d in docs}
+        return {unpack(d["_id"]): {f: d[f] for f in _FIELDS if f in d} for d in docs}

@@ -28,9 +28,10 @@ from engine_core.common.clock import utcnow
 from engine_core.records import TERMINAL
 from pikku_mongo.wire.causal import CausalReads
 from pikku_mongo.wire.checks import check_str
-from pikku_mongo.wire.documents import Doc, dedup_key
+from pikku_mongo.wire.documents import Doc
 from pikku_mongo.wire.encoding import to_us, unpack
 from pikku_mongo.wire.filters import eq
+from pikku_mongo.wire.flow_fields import dedup_key
 from pikku_mongo.wire.retry import transient_retry
 from pikku_mongo.wire.skew import SkewBound
 from pikku_mongo.writes.batcher import Batcher

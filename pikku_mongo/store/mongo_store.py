@@ -1,34 +1,6 @@
 """``MongoStore``: the engine's store protocol on MongoDB, via PyMongo's native async API.
 
-Collections (``prefix`` + name):
-
-* ``runs``: ``_id`` = run id; the control plane of a run's passes (status, token,
-  pass counter, the run's lease, ``pending_pass``, ``inflight`` keyed by a digest of the
-  step key, and the ``journal`` of step outcomes not yet copied to their step records).
-  See :mod:`pikku_mongo.store.run_ops`.
-* ``steps``: one document per step, ``_id`` built from (run_id, key); the attempt
-  history is embedded. See :mod:`pikku_mongo.store.step_ops`.
-* ``events``: ``_id`` = event id (sortable by send time); consumed oldest first.
-* ``leases``: ``{_id: key, holder, token, expires_us, expires_at}`` (the store-wide
-  recovery lease); queries judge ``expires_us``; the BSON date ``expires_at`` only feeds
-  a TTL index that removes the document a day after the lease ended (see ``indexes``).
-* ``schedules``: ``_id`` = schedule name; its timing, input and next fire. See
-  :mod:`pikku_mongo.store.schedule_ops`.
-* ``meta``: the storage format version (see :mod:`pikku_mongo.store.migrations`).
-* ``forks``: ``_id`` = a fork's run id, while the fork is being made (its steps
-  written, its run not yet): see :mod:`pikku_mongo.store.fork_ops`.
-* ``dedup``: ``_id`` = a (queue, dedup id) key; the run holding it (see
-  :mod:`pikku_mongo.store.dedup_ops`).
-* ``streams`` and ``heartbeats``: a run's stream entries, one document each, and its
-  steps' last heartbeats. See :mod:`pikku_mongo.store.stream_ops`.
-* ``values`` and ``updates``: the values a run published (one document per key) and the
-  updates sent to it, kept with their answers. See :mod:`pikku_mongo.store.value_ops`
-  and :mod:`pikku_mongo.store.update_ops`.
-* ``jobs`` and ``lines``: with targeted polling, one entry per claimable queue job (by
-  step function and due time) and per run waiting in a queue's line. See
-  :mod:`pikku_mongo.store.job_index` and :mod:`pikku_mongo.store.line_index`.
-* ``queues``: ``_id`` = queue name; each queue's admission state, replaced by
-  compare-and-set on its version. See :mod:`pikku_mongo.store.queue_ops`.
+Its collections (``prefix`` + name) are listed in :mod:`pikku_mongo.store`.
 
 Every guard of the protocol is one filter of one single-document write, so it is
 atomic on the server; expiry is always judged by the filter against the client's clock,
@@ -36,19 +8,13 @@ never by TTL deletion. Writes on the hot path are group-committed
 (:mod:`pikku_mongo.writes.batcher`). See each method for what it costs in commands.
 
 Durability: every collection handle carries the store's write concern (default
-``majority``, journaled, 10 s ``wtimeout``) and read concern (default ``majority`` when
-writes are majority-acknowledged, else ``local``, so the store always reads its own
-writes). The client's or the URI's own concerns are not inherited: an application's
-shared client often runs with ``w=1``. Pass ``write_concern=`` / ``read_concern=`` to
-choose. Reads that decide something are causally consistent where the server keeps a
-clock (:mod:`pikku_mongo.wire.causal`): they wait for this client's last acknowledged write.
+``majority``, journaled) and read concern (never the client's own, often ``w=1``);
+reads that decide something are causally consistent where the server keeps a clock
+(:mod:`pikku_mongo.wire.causal`). In full: docs/guides/durability.md.
 
-Clocks. A lease's (or a claim's) expiry is written by its holder from its own clock and
-judged by every other host against its own, within ``max_clock_skew``: a taker acts only
-``S`` after the stored expiry, a holder counts its lease lost ``S`` before it, so ``ttl``
-must be at least ``2 S`` (:class:`LeaseTooShortError`); :meth:`MongoStore.clock_offset`
-measures this host against the server and ``init`` warns beyond ``S / 2``. The argument
-in full: docs/guides/durability.md, "Clocks".
+Clocks: a lease's or a claim's expiry is written from its holder's clock and judged by
+every other host against its own, with a margin of ``max_clock_skew``
+(:mod:`pikku_mongo.wire.skew` says why that is safe, and what it asks of the hosts).
 """
 
 from __future__ import annotations
@@ -67,11 +33,13 @@ from pymongo.write_concern import WriteConcern
 from engine_core.common.durations import Duration
 from engine_core.store import TimeSource
 from pikku_mongo.errors import MissingDatabaseError
+from pikku_mongo.store.debounce_ops import DebounceOps
 from pikku_mongo.store.declared_ops import DeclaredOps
 from pikku_mongo.store.dedup_ops import DedupOps
 from pikku_mongo.store.event_ops import EventOps
 from pikku_mongo.store.fork_ops import ForkOps
 from pikku_mongo.store.job_index import JobIndex
+from pikku_mongo.store.key_ops import KeyOps
 from pikku_mongo.store.lease_ops import LeaseOps
 from pikku_mongo.store.line_index import LineIndex
 from pikku_mongo.store.listing import ListingOps, backfill_made
@@ -127,7 +95,7 @@ class MongoStore:
         """``write_concern`` / ``read_concern``: pymongo objects replacing the durable
         defaults (module docstring). ``max_clock_skew``: seconds or a string such as
         ``"500ms"``, the bound on clock differences between hosts that lease expiry
-        tolerates (module docstring, "Clocks"); 0 on a single host. ``change_streams``:
+        tolerates (:mod:`pikku_mongo.wire.skew`); 0 on a single host. ``change_streams``:
         wake idle workers from a change stream where the server serves one.
         ``targeted_polling``: keep the job and line indexes
         (:mod:`pikku_mongo.store.job_index`, :mod:`pikku_mongo.store.line_index`) so a
@@ -178,6 +146,7 @@ class MongoStore:
         self.dedup, self.streams, self.heartbeats, self.jobs, self.lines = self._collections(
             "dedup", "streams", "heartbeats", "jobs", "lines"
         )
+        self.qkeys, self.debounce = self._collections("qkeys", "debounce")
         self.values, self.updates = self.talk = self._collections("values", "updates")
 
     def _group_commit(self) -> None:
@@ -199,10 +168,14 @@ class MongoStore:
         self.dedup_ops: DedupOps = DedupOps(
             runs=self.runs, dedup=self.dedup, dedup_writes=self.dedup_writes, reads=reads, skew=skew
         )
+        self.key_ops: KeyOps = KeyOps(
+            qkeys=self.qkeys, windows=self.debounce, queues=self.queues, reads=reads
+        )
         self.run_ops: RunOps = RunOps(
             runs=self.runs,
             run_writes=self.run_writes,
             dedup=self.dedup_ops,
+            keys=self.key_ops,
             targeting=targeting,
             reads=reads,
             skew=skew,
@@ -221,6 +194,7 @@ class MongoStore:
             step_writes=self.step_writes,
         )
         self.queue_ops: QueueOps = QueueOps.beside(self.run_ops, queues=self.queues)
+        self.debounce_ops: DebounceOps = DebounceOps(keys=self.key_ops, run_ops=self.run_ops)
         self.fork_ops: ForkOps = ForkOps(
             runs=self.runs, steps=self.steps, forks=self.forks, reads=reads, store=self
         )
@@ -381,7 +355,7 @@ class MongoStore:
     def follow_clock(self, clock: TimeSource) -> None:
         """:meth:`Store.follow_clock <engine_core.store.Store.follow_clock>`: the real
         clock only. Every host of a fleet judges the leases, claims and due times stored
-        here against its own real clock (module docstring, "Clocks"), and so do the CLI
+        here against its own real clock (:mod:`pikku_mongo.wire.skew`), and so do the CLI
         and the dashboard: a virtual clock in one process would take other processes'
         leases and fire their timers early. ``ValueError`` for a virtual clock."""
         if clock.virtual:
@@ -463,7 +437,15 @@ class MongoStore:
     reenter_run = _queues(QueueOps.reenter_run)
     find_deadlines = _queues(QueueOps.find_deadlines)
     count_queue = _queues(QueueOps.count_queue)
+    count_waiting_keys = _queues(QueueOps.count_waiting_keys)
     queue_names = _queues(QueueOps.queue_names)
+    # KeyOps, DebounceOps
+    _keys = ServedBy["MongoStore", KeyOps](lambda store: store.key_ops)
+    get_key_windows = _keys(KeyOps.get_key_windows)
+    save_key_windows = _keys(KeyOps.save_key_windows)
+    debounce_run = ServedBy["MongoStore", DebounceOps](lambda store: store.debounce_ops)(
+        DebounceOps.debounce_run
+    )
     # DedupOps
     _dedup = ServedBy["MongoStore", DedupOps](lambda store: store.dedup_ops)
     dedup_holder = _dedup(DedupOps.dedup_holder)

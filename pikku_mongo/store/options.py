@@ -19,7 +19,7 @@ DEFAULT_WRITE_CONCERN = WriteConcern(w="majority", j=True, wtimeout=10_000)
 #: What a failover cannot roll back (used with a majority write concern).
 DEFAULT_READ_CONCERN = ReadConcern("majority")
 #: The bound on the clock difference between any two hosts (see "Clocks" in
-#: :mod:`pikku_mongo.store.mongo_store`).
+#: :mod:`pikku_mongo.wire.skew`).
 DEFAULT_MAX_CLOCK_SKEW: Duration = "1s"
 
 #: Datetimes come back timezone-aware in UTC; documents are plain dicts.

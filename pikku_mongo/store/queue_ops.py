@@ -28,17 +28,10 @@ from engine_core.errors import DuplicateRunError
 from engine_core.records import LinePage, QueueState, RunRecord, RunState
 from pikku_mongo.store.runs_part import RunsPart
 from pikku_mongo.wire.checks import check_datetime, check_int, check_opt_str, check_str, check_strs
-from pikku_mongo.wire.documents import (
-    Doc,
-    flow_fields,
-    held_key,
-    inflight_field,
-    line_bounds,
-    line_key,
-    run_from_doc,
-)
+from pikku_mongo.wire.documents import Doc, inflight_field, run_from_doc
 from pikku_mongo.wire.encoding import from_us, pack, to_us, unpack, unpack_opt
 from pikku_mongo.wire.filters import eq
+from pikku_mongo.wire.flow_fields import flow_fields, held_key, line_bounds, line_key
 from pikku_mongo.wire.retry import transient_retry
 from pikku_mongo.writes.journal_writes import RunUpdate
 from pikku_mongo.writes.op_ids import modify_recognised, pushed_op
@@ -48,7 +41,9 @@ from pikku_mongo.writes.op_ids import modify_recognised, pushed_op
 _LINE_FIELDS = {"journal": 0, "inflight": 0, "output": 0, "error": 0}
 #: The run's fields that exist only while they mean something (a run reentering its
 #: queue drops those its new state does not set; see ``flow_fields``).
-_FLOW_FIELDS = ("not_before_us", "line", "qheld", "deadline", "deadline_s", "deadline_due")
+_FLOW_FIELDS = (
+    "not_before_us", "line", "qheld", "deadline", "deadline_s", "deadline_due", "qturn",
+)  # fmt: skip
 
 
 def _queue_id(name: str) -> str:
@@ -66,6 +61,13 @@ def _state_to_doc(state: QueueState) -> Doc:
         ],
         "minutes": [[int(m), int(n)] for m, n in state.minutes],
     }
+    if state.turn:
+        doc["turn"] = check_int(state.turn, "turn")
+    if state.key_unsaved:
+        doc["kunsaved"] = [
+            [None if key is None else pack(key), to_us(t), int(n), int(version)]
+            for key, t, n, version in state.key_unsaved
+        ]
     if state.legacy:
         doc["holders"] = [
             [pack(check_str(run_id, "run id")), None if key is None else pack(key)]
@@ -87,6 +89,11 @@ def _state_from_doc(name: str, doc: Doc) -> QueueState:
         window=sorted(window),
         minutes=[(int(m), int(n)) for m, n in cast(list[Any], doc.get("minutes") or [])],
         legacy={unpack(r): unpack_opt(k) for r, k in cast(list[Any], doc.get("holders") or [])},
+        turn=int(doc.get("turn", 0)),
+        key_unsaved=[
+            (unpack_opt(k), from_us(t), int(n), int(v))
+            for k, t, n, v in cast(list[Any], doc.get("kunsaved") or [])
+        ],
     )
 
 
@@ -133,8 +140,9 @@ class QueueOps(RunsPart):
         # The fields of an earlier version: ``recent`` is read into ``window``, and
         # ``holders`` stay only while ``legacy`` has runs.
         update: Doc = {"$set": doc, "$unset": {"recent": ""}}
-        if "holders" not in doc:
-            update["$unset"]["holders"] = ""
+        for name in ("holders", "turn", "kunsaved"):
+            if name not in doc:
+                update["$unset"][name] = ""
         result = await self.queues.update_one(
             {"_id": queue_id, "version": eq(expect_version)}, update
         )
@@ -157,6 +165,7 @@ class QueueOps(RunsPart):
                     check_int(after.priority, "priority"),
                     check_datetime(after.created_at, "created_at"),
                     check_str(after.run_id, "run id"),
+                    after.turn,
                 ),
                 "$lt": high,
             }
@@ -289,37 +298,40 @@ class QueueOps(RunsPart):
 
     async def release_delayed_runs(self, runs: Sequence[RunRecord]) -> list[RunRecord]:
         """1 update per run, group-committed (the runs of one sweep share a bulk), each
-        guarded by its run still waiting out its delay: each write learns on its own
-        whether it released its run."""
-        now = to_us(utcnow())
-
-        async def release(run: RunRecord) -> RunRecord | None:
-            after = replace(run, not_before=None)
-            update: Doc
-            if run.queue is not None:
-                line = line_key(run.queue, run.priority, run.created_at, run.run_id)
-                update = {"$set": {"line": line}, "$unset": {"not_before_us": ""}}
-            else:
-                after.status = "running"
-                after.pending_pass = True
-                update = {
-                    "$set": {"status": "running", "pending_pass": True, "updated_at": now},
-                    "$unset": {"not_before_us": ""},
-                }
-            guard = {
-                "_id": pack(check_str(run.run_id, "run id")),
-                "status": eq("queued"),
-                "not_before_us": {"$exists": True},
-            }
-            if not await self.run_writes.guarded(guard, update):
-                return None
-            if self.targeting.line_index is not None and "line" in update["$set"]:
-                await self.targeting.line_index.add([{"_id": guard["_id"], **update["$set"]}])
-            return after
-
+        guarded by its run still waiting out the delay it was read with (a debounced
+        start may have moved it): each write learns on its own whether it released its
+        run. A run joining a fair line takes its turn first, and a debounced run
+        released ends its window (2 commands each)."""
         unique = {r.run_id: r for r in runs}.values()
-        released = await asyncio.gather(*(release(run) for run in unique))
+        released = await asyncio.gather(*(self._release(run) for run in unique))
         return [run for run in released if run is not None]
+
+    async def _release(self, run: RunRecord) -> RunRecord | None:
+        after = await self.lined_up(replace(run, not_before=None))
+        update: Doc
+        if run.queue is not None:
+            line = line_key(run.queue, run.priority, run.created_at, run.run_id, after.queue_turn)
+            update = {"$set": {"line": line}, "$unset": {"not_before_us": ""}}
+            if after.queue_turn is not None:
+                update["$set"]["qturn"] = after.queue_turn
+        else:
+            after.status = "running"
+            after.pending_pass = True
+            update = {
+                "$set": {"status": "running", "pending_pass": True, "updated_at": to_us(utcnow())},
+                "$unset": {"not_before_us": ""},
+            }
+        waiting: Doc = {"$exists": True}
+        if run.not_before is not None:
+            waiting = eq(to_us(check_datetime(run.not_before, "not_before")))
+        guard = {"_id": pack(check_str(run.run_id, "run id")), "status": eq("queued"),
+                 "not_before_us": waiting}  # fmt: skip
+        if not await self.run_writes.guarded(guard, update):
+            return None
+        if self.targeting.line_index is not None and "line" in update["$set"]:
+            await self.targeting.line_index.add([{"_id": guard["_id"], **update["$set"]}])
+        await self.keys.end_window(run)
+        return after
 
     async def reenter_run(
         self, run: RunRecord, *, expect: Sequence[RunState], forget: Iterable[str] = ()
@@ -328,6 +340,7 @@ class QueueOps(RunsPart):
         another live run holds it, nothing is written. Then 1 findAndModify, guarded by
         status. Sent again after a lost reply, it first looks for its operation id, as
         ``set_run_status`` does."""
+        run = await self.lined_up(run)
         fields = flow_fields(run)
         to_set: Doc = {
             **fields,
@@ -376,6 +389,17 @@ class QueueOps(RunsPart):
         ]
         cursor = await self.runs.aggregate(pipeline)
         return {cast(str, doc["_id"]): int(doc["n"]) for doc in await cursor.to_list()}
+
+    @transient_retry
+    async def count_waiting_keys(self, queue: str) -> dict[str | None, int]:
+        """1 aggregate over the queue's range of the ``line`` index."""
+        low, high = line_bounds(check_str(queue, "queue name"))
+        pipeline: list[Doc] = [
+            {"$match": {"line": {"$gte": low, "$lt": high}}},
+            {"$group": {"_id": "$qkey", "n": {"$sum": 1}}},
+        ]
+        cursor = await self.runs.aggregate(pipeline)
+        return {unpack_opt(doc["_id"]): int(doc["n"]) for doc in await cursor.to_list()}
 
     @transient_retry
     async def queue_names(self) -> list[str]:

@@ -29,7 +29,6 @@ from pikku_mongo.wire.checks import (
     check_strs,
 )
 from pikku_mongo.wire.documents import (
-    ENDED_UNSET,
     Doc,
     inflight_entry,
     inflight_field,
@@ -38,6 +37,7 @@ from pikku_mongo.wire.documents import (
 )
 from pikku_mongo.wire.encoding import dump_value, pack, to_us, unpack
 from pikku_mongo.wire.filters import eq
+from pikku_mongo.wire.flow_fields import ENDED_UNSET
 from pikku_mongo.wire.journal_text import RecentTexts
 from pikku_mongo.wire.retry import surface_oversize, transient_retry
 from pikku_mongo.writes.journal_pages import beside_writes
@@ -70,9 +70,12 @@ class RunOps(RunsPart):
     @transient_retry
     async def insert_run(self, run: RunRecord) -> RunRecord | None:
         """1 insert (group-committed); on a duplicate id, 1 find. With a dedup id, the
-        claim first (1 insert when free; see :mod:`pikku_mongo.store.dedup_ops`). The document
+        claim first (1 insert when free; see :mod:`pikku_mongo.store.dedup_ops`); in a
+        fair line, its turn first (2 commands: :meth:`KeyOps.take_turn
+        <pikku_mongo.store.key_ops.KeyOps.take_turn>`). The document
         carries an insert id, so an insert repeated after a lost reply knows it was its
         own."""
+        run = await self.lined_up(run)
         doc = run_to_doc(run)
         doc["ins"] = nonce = uuid.uuid4().hex
         if "dedup" in doc:

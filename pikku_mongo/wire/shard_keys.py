@@ -1,8 +1,8 @@
 """The shard key of each collection, and the filters that carry it.
 
-On a sharded cluster (docs/guides/sharding.md) ``runs`` and ``dedup`` are sharded on
-``{_id: "hashed"}``, ``steps``, ``events``, ``streams``, ``heartbeats``, ``values`` and
-``updates`` on ``{run_id: "hashed"}``; ``leases``,
+On a sharded cluster (docs/guides/sharding.md) ``runs``, ``dedup``, ``qkeys`` and
+``debounce`` are sharded on ``{_id: "hashed"}``, ``steps``, ``events``, ``streams``,
+``heartbeats``, ``values`` and ``updates`` on ``{run_id: "hashed"}``; ``leases``,
 ``queues``, ``queue_limits``, ``schedules``, ``workers``, ``forks`` (markers of forks
 being made), ``meta``, and the job and line indexes of targeted polling (``jobs``,
 ``lines``: read at every poll, they must stay on one shard) stay unsharded. A
@@ -31,6 +31,8 @@ SHARD_KEYS: dict[str, str] = {
     "values": "run_id",
     "updates": "run_id",
     "dedup": "_id",
+    "qkeys": "_id",
+    "debounce": "_id",
 }
 #: The collections that stay unsharded (small, or read and written store-wide).
 UNSHARDED = (

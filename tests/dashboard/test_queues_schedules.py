@@ -91,6 +91,34 @@ async def test_queues_page_counts_active_and_admitted(engine: Engine) -> None:
     assert int(shown["admitted_this_minute"]) + int(shown["admitted_last_minute"]) == 1
 
 
+async def test_queues_page_shows_key_rate_fairness_and_the_keys_waiting(engine: Engine) -> None:
+    engine.queue("fair", key_rate="10/1m", fairness="key")
+    engine.queue("plain", concurrency=1)
+
+    @engine.workflow("tenant")
+    async def tenant(ctx: WorkflowContext, data: Any) -> Any:
+        return data
+
+    for n in range(3):
+        await engine.start("tenant", n, queue="fair", key="busy")
+    await engine.start("tenant", 9, queue="fair")
+    await engine.start("tenant", 9, queue="plain", key="busy")
+    async with client_for(dashboard_app(engine)) as client:
+        page = (await client.get("/queues")).text
+    assert (
+        "<th>Key rate</th><th>Fairness</th>" in page and '<th rowspan="2">Keys waiting</th>' in page
+    )
+    fair = page.split('<tr data-queue="fair">')[1].split("</tr>")[0]
+    assert '<td data-limit="key_rate">10/60s</td>' in fair
+    assert '<td data-limit="fairness">key</td>' in fair
+    assert '<td data-keys-waiting>2 <span class="muted">(busy: 3, no key: 1)</span></td>' in fair
+    assert figures(page, "fair")["queued"] == "4"
+    plain = page.split('<tr data-queue="plain">')[1].split("</tr>")[0]
+    assert '<td data-limit="key_rate"><span class="muted">none</span></td>' in plain
+    assert '<td data-limit="fairness"><span class="muted">first come</span></td>' in plain
+    assert '<td data-keys-waiting><span class="muted">-</span></td>' in plain
+
+
 async def test_runs_list_and_run_page_show_the_queue(
     seeded: dict[str, str], client: httpx.AsyncClient, engine: Engine
 ) -> None:

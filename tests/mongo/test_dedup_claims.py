@@ -17,8 +17,8 @@ import pikku_mongo.store.dedup_ops as dedup_ops
 from engine_core import DuplicateRunError, Engine, WorkflowContext
 from engine_core.testing.builders import make_run
 from pikku_mongo import MongoStore
-from pikku_mongo.wire.documents import dedup_key
 from pikku_mongo.wire.encoding import pack
+from pikku_mongo.wire.flow_fields import dedup_key
 from tests.conftest import mongo_store, with_database
 
 # Claims, then hangs where the run's insert would be sent, until killed.
