@@ -18,6 +18,7 @@ from engine_core.common.status import (
 )
 from engine_core.engine import Engine
 from engine_core.errors import (
+    CodecError,
     DuplicateRunError,
     EngineError,
     InvalidDurationError,
@@ -39,6 +40,7 @@ from engine_core.errors import (
     StreamClosedError,
     StreamConflictError,
     StreamTooLargeError,
+    ValueTooLargeError,
     WorkflowDeadlineExceededError,
     WorkflowNotRegisteredError,
     WorkflowRunCancelledError,
@@ -59,6 +61,7 @@ from engine_core.tracing import TraceIdFilter
 __all__ = [
     "UNCHANGED",
     "BulkReport",
+    "CodecError",
     "Divergence",
     "DuplicateRunError",
     "Engine",
@@ -94,6 +97,7 @@ __all__ = [
     "StreamTooLargeError",
     "TimelineEntry",
     "TraceIdFilter",
+    "ValueTooLargeError",
     "Worker",
     "WorkflowContext",
     "WorkflowDeadlineExceededError",

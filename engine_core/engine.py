@@ -16,8 +16,11 @@ from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, TypeVar, overload
 
+from engine_core.codecs.payload import PayloadCodec
+from engine_core.codecs.sealed_store import sealed
+from engine_core.codecs.sealing import check_decoded
 from engine_core.common.convert import declared_return, from_json
-from engine_core.common.durations import Duration, parse_duration
+from engine_core.common.durations import Duration, check_retention, parse_duration
 from engine_core.common.options import check_order
 from engine_core.common.runtime import EngineConfig
 from engine_core.common.status import (
@@ -35,7 +38,7 @@ from engine_core.common.values import (
     check_prefix,
     check_run_id,
 )
-from engine_core.errors import StoreUnavailableError
+from engine_core.errors import InvalidOptionError, StoreUnavailableError
 from engine_core.fleet.recovery import RecoveryReport, WorkflowRecovery
 from engine_core.flow.queue_figures import queue_figures
 from engine_core.flow.queue_figures import store_declared_limits as declare_in_store
@@ -48,6 +51,7 @@ from engine_core.front.starting import start_run
 from engine_core.mirror import RunMirror
 from engine_core.records import (
     TERMINAL,
+    RunRecord,
     Worker,
     utcnow,
 )
@@ -81,7 +85,18 @@ class Engine(ScheduleApi, RepairApi):
         shutdown_grace: Duration | None = None,
         store_timeout: Duration = "30s",
         pin_versions: bool = False,
+        codec: PayloadCodec | None = None,
+        retention: Duration | None = None,
     ) -> None:
+        """``codec``: a :class:`~engine_core.codecs.PayloadCodec` applied to every user
+        value at rest (docs/guides/data-at-rest.md); ``retention``: how long an ended
+        run and all it owns are kept (a duration; None: until pruned), unless its
+        workflow says otherwise (``@engine.workflow(..., retention=...)``)."""
+        if codec is not None and not isinstance(codec, PayloadCodec):
+            raise InvalidOptionError(
+                f"codec must have encode(bytes) and decode(bytes) methods, not {codec!r}"
+            )
+        store = sealed(store, codec)
         self.store = store
         self.mirror = mirror
         self.config = EngineConfig.of(
@@ -92,6 +107,7 @@ class Engine(ScheduleApi, RepairApi):
             concurrency=concurrency,
             shutdown_grace=shutdown_grace,
             store_timeout=store_timeout,
+            retention=retention,
         )
         # pin_versions: drive only runs of the versions this process registers
         # (docs/guides/changing-code.md).
@@ -126,15 +142,19 @@ class Engine(ScheduleApi, RepairApi):
 
     # ---- registration ------------------------------------------------------------
 
-    def workflow(self, name: str, *, version: str | None = None) -> Callable[[F], F]:
+    def workflow(
+        self, name: str, *, version: str | None = None, retention: Duration | None = None
+    ) -> Callable[[F], F]:
         """Register ``async def fn(ctx, input)`` as the workflow ``name``; ``version`` is
-        a label stored on every run it starts (``RunStatus.version``)."""
+        a label stored on every run it starts (``RunStatus.version``); ``retention``: how
+        long its runs are kept once ended (a duration), instead of the engine's."""
         if version is not None:
             check_name(version, "workflow version")
         check_name(name, "workflow name")
+        kept = check_retention(retention)
 
         def register(fn: F) -> F:
-            self._host.register_workflow(name, fn, version=version)
+            self._host.register_workflow(name, fn, version=version, retention=kept)
             return fn
 
         return register
@@ -262,6 +282,9 @@ class Engine(ScheduleApi, RepairApi):
             self._call(lambda: self.store.list_forks(run_id, limit=MAX_FORKS)),
         )
         status = fold_status(run, steps)
+        check_decoded(status.input, status.output, status.error)
+        for step in status.steps.values():
+            check_decoded(step.result, step.error)
         return replace(status, forks=len(forks)) if forks else status
 
     def read_stream(
@@ -279,7 +302,9 @@ class Engine(ScheduleApi, RepairApi):
             self._call(lambda: self._control.get(run_id)),
             self._call(lambda: self.store.load_steps(run_id)),
         )
-        return timeline(run, steps)
+        entries = timeline(run, steps)
+        check_decoded(*(e.error for e in entries))
+        return entries
 
     async def list_runs(
         self,
@@ -319,7 +344,7 @@ class Engine(ScheduleApi, RepairApi):
                 order=order,
             )
         )
-        return [fold_status(r, None) for r in runs]
+        return _listed(runs)
 
     @overload
     async def result(self, run_id: str, timeout: float | None = None, *, returns: type[T]) -> T: ...
@@ -461,7 +486,15 @@ class Engine(ScheduleApi, RepairApi):
         """The child runs of the run, ordered by id (without their steps)."""
         check_run_id(run_id)
         children = await self._call(lambda: self.store.list_child_runs(run_id))
-        return [fold_status(r, None) for r in sorted(children, key=lambda r: r.run_id)]
+        return _listed(sorted(children, key=lambda r: r.run_id))
 
 
 _T = TypeVar("_T")
+
+
+def _listed(runs: list[RunRecord]) -> list[RunStatus]:
+    """Runs as a list shows them (without steps); a value this process cannot decode
+    raises :class:`~engine_core.CodecError` (outside ``showing_undecodable()``)."""
+    for run in runs:
+        check_decoded(run.input, run.output, run.error)
+    return [fold_status(r, None) for r in runs]

@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 #: strictly below its own.
 LAYERS: list[set[str]] = [
     {"errors", "records", "common.tasks", "tracing", "metrics"},
-    {"streams"},
+    {"streams", "codecs.payload", "codecs.aes_gcm"},
+    {"codecs.sealing"},
     {"store.runs", "store.flow", "store.steps", "store.events", "store.streams", "store.fleet"},
     {
         "memory.cloning",
@@ -38,6 +39,8 @@ LAYERS: list[set[str]] = [
         "fleet.timers",
         "common.outages",
     },
+    {"codecs.sealed_store"},
+    {"codecs"},
     {
         "run.keys",
         "run.journal_room",
@@ -118,6 +121,7 @@ WINGS: list[str] = [
     "base",
     "store",
     "common",
+    "codecs",
     "memory",
     "testing",
     "run",

@@ -35,6 +35,7 @@ def test_the_top_of_pikku_mongo_holds_only_its_front_and_errors() -> None:
 def test_the_public_surface_of_engine_core() -> None:
     assert sorted(engine_core.__all__) == [
         "BulkReport",
+        "CodecError",
         "Divergence",
         "DuplicateRunError",
         "Engine",
@@ -71,6 +72,7 @@ def test_the_public_surface_of_engine_core() -> None:
         "TimelineEntry",
         "TraceIdFilter",
         "UNCHANGED",
+        "ValueTooLargeError",
         "Worker",
         "WorkflowContext",
         "WorkflowDeadlineExceededError",
@@ -101,6 +103,7 @@ WING_EXPORTS: dict[str, list[str]] = {
         "StreamStore",
     ],
     "engine_core.common": [],
+    "engine_core.codecs": ["AesGcmCodec", "PayloadCodec"],
     "engine_core.front": [],
     "engine_core.run": [],
     "engine_core.fleet": [],

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-from engine_core.common.durations import Duration, parse_duration
+from engine_core.common.durations import Duration, check_retention, parse_duration
 from engine_core.common.outages import Outages
 from engine_core.mirror import RunMirror
 from engine_core.records import RunRecord, StepRecord
@@ -38,6 +38,8 @@ class EngineConfig:
     #: How long a client call (``start``...) waits out a store outage before it raises
     #: :class:`~engine_core.StoreUnavailableError`.
     store_timeout: float = 30.0
+    #: How long an ended run is kept (``Engine(retention=...)``), None: for ever.
+    retention: float | None = None
 
     @classmethod
     def of(
@@ -50,6 +52,7 @@ class EngineConfig:
         concurrency: int,
         shutdown_grace: Duration | None,
         store_timeout: Duration,
+        retention: Duration | None = None,
     ) -> EngineConfig:
         """The options as ``Engine`` takes them (seconds or duration strings), checked."""
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
@@ -70,6 +73,7 @@ class EngineConfig:
             concurrency=concurrency,
             shutdown_grace=grace,
             store_timeout=parse_duration(store_timeout, what="store_timeout"),
+            retention=check_retention(retention),
         )
 
 
@@ -127,6 +131,11 @@ class Runtime(Protocol):
 
     def workflow_version(self, name: str) -> str | None:
         """The ``version=`` label the workflow was registered with, if any."""
+
+    def retention(self, workflow: str, stored: float | None = None) -> float | None:
+        """How long a run of ``workflow`` is kept once it ended (seconds; None: for
+        ever): the workflow's ``retention=`` where registered here, else ``stored`` (what
+        the run was started with), else the engine's ``retention=``."""
 
     def drives_version(self, run: RunRecord) -> bool:
         """Whether this process may drive ``run`` (``pin_versions``: only the runs of

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from engine_core.codecs.sealing import check_decoded
 from engine_core.errors import (
     WorkflowDeadlineExceededError,
     WorkflowRunCancelledError,
@@ -13,7 +14,9 @@ from engine_core.records import FAILED_ENDINGS, RunRecord
 
 
 def outcome(run: RunRecord) -> Any:
-    """The output of a completed run; the error of one that failed or was cancelled."""
+    """The output of a completed run; the error of one that failed or was cancelled
+    (:class:`~engine_core.CodecError` for one this process cannot decode)."""
+    check_decoded(run.output, run.error)
     error = run.error or {}
     message = str(error.get("message") or f"run {run.run_id!r} ended {run.status}")
     if run.status in FAILED_ENDINGS:

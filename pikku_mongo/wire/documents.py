@@ -48,6 +48,7 @@ from engine_core.records import (
 )
 from pikku_mongo.wire.checks import check_str
 from pikku_mongo.wire.encoding import (
+    dump_text,
     dump_value,
     from_us,
     load_value,
@@ -339,7 +340,7 @@ def entry_to_text(entry: AttemptEntry) -> str:
 
     Entries are strings, not subdocuments: nx-27017 stores a subdocument ``$push``ed
     onto an existing array as a string, so a portable history pushes strings."""
-    return dump_value(
+    return dump_text(
         {
             "attempt": entry.attempt,
             "status": entry.status,

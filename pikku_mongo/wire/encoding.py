@@ -45,14 +45,24 @@ def unpack_opt(value: Any) -> str | None:
     return None if value is None else unpack(cast(str, value))
 
 
-def dump_value(value: Any) -> str:
+def dump_text(value: Any) -> str:
     """A JSON-shaped value as JSON text (ASCII, so it always encodes as BSON)."""
     return json.dumps(value, separators=(",", ":"))
 
 
-def load_value(text: Any) -> Any:
-    """The value ``text`` (JSON, as :func:`dump_value` wrote it) holds; None for None."""
-    return None if text is None else json.loads(cast(str, text))
+def dump_value(value: Any) -> Any:
+    """A JSON-shaped value as JSON text (ASCII, so it always encodes as BSON); a value
+    the engine's codec sealed (``bytes``) as it is (BSON binary)."""
+    if type(value) is bytes:
+        return value
+    return dump_text(value)
+
+
+def load_value(stored: Any) -> Any:
+    """The value ``stored`` (as :func:`dump_value` wrote it) holds; None for None."""
+    if stored is None or type(stored) is bytes:
+        return stored
+    return json.loads(cast(str, stored))
 
 
 def to_us(moment: datetime) -> int:

@@ -11,12 +11,13 @@ read as it is: a journal written before an upgrade needs no migration.
 
 from __future__ import annotations
 
+import base64
 import json
 from dataclasses import fields
 from typing import Any, cast
 
 from engine_core.records import AttemptEntry, StepRecord, StepState
-from pikku_mongo.wire.encoding import dump_value, from_us, opt_from_us, to_us
+from pikku_mongo.wire.encoding import dump_text, from_us, opt_from_us, to_us
 
 Doc = dict[str, Any]
 
@@ -58,6 +59,9 @@ SHORT: dict[str, str] = {
     "made_after": "ma",
 }
 _LONG = {short: name for name, short in SHORT.items()}
+#: A value sealed by the engine's codec (``bytes``) is base64 text under its own name.
+_SEALED = {"result": "R", "payload": "P"}
+_UNSEALED = {short: name for name, short in _SEALED.items()}
 _VERSION = 2
 
 
@@ -75,8 +79,11 @@ def step_to_text(step: StepRecord) -> str:
             value = to_us(value) - base
         elif name == "history":
             value = [_entry(e, base) for e in value]
+        elif type(value) is bytes:
+            data[_SEALED[name]] = base64.b64encode(value).decode("ascii")
+            continue
         data[SHORT.get(name, name)] = value
-    return dump_value(data)
+    return dump_text(data)
 
 
 class RecentTexts:
@@ -123,6 +130,8 @@ def step_from_text(run_id: str, text: Any) -> StepRecord:
     values: Doc = {"run_id": run_id, "key": data["k"], "kind": "inline", "status": "pending"}
     for short, value in data.items():
         name = _LONG.get(short, short)
+        if short in _UNSEALED:
+            name, value = _UNSEALED[short], base64.b64decode(value)
         if name not in _FIELDS or name == "key":
             continue
         if name == "updated_at":
@@ -148,7 +157,7 @@ def lean_step_from_text(run_id: str, text: Any) -> StepRecord:
         kind=data.get("i", "inline"),
         status=data.get("s", "pending"),
         attempts=data.get("a", 0),
-        result=data.get("r"),
+        result=base64.b64decode(data["R"]) if "R" in data else data.get("r"),
         error=data.get("x"),
         order=data.get("o"),
         ran=data.get("rn"),
