@@ -101,6 +101,13 @@ class RunRecord:
     #: A fork's origin (``engine.fork``): ``{"run_id", "step"}``, the run it was forked
     #: from and the first step it runs anew; None for a run that is not a fork.
     forked_from: dict[str, str] | None = None
+    #: How long the run is kept once it ended (seconds; None: for ever), as the process
+    #: that started it knew: the process that ends it may know better (its workflow's
+    #: ``retention=``). See docs/guides/data-at-rest.md.
+    retention: float | None = None
+    #: When the run (ended) may be deleted with all it owns; None while it has not ended
+    #: or when it is kept for ever.
+    expire_at: datetime | None = None
 
 
 @dataclass

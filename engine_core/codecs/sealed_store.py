@@ -77,6 +77,7 @@ PASSED_THROUGH = frozenset(
         "list_workers",
         "count_runs",
         "list_workflows",
+        "expire_runs",
     }
 )
 

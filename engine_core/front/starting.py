@@ -60,6 +60,7 @@ async def start_run(
         deadline=deadline,
     )
     run.version = host.workflow_version(workflow)
+    run.retention = host.retention(workflow)
     adopt = local and run.status == "running" and host.room_to_adopt() > 0
     if adopt:
         hold_first_pass(run, host.instance_id, host.config.lease_ttl)
@@ -103,6 +104,7 @@ async def record_for_fleet(
     """Record a run of ``workflow`` (registered elsewhere, perhaps nowhere yet) for the
     fleet to drive, without checking that any live worker serves it."""
     run = new_run(workflow, input, run_id=run_id, started_by=host.instance_id, queues=host.queues)
+    run.retention = host.retention(workflow)
     await call(lambda: host.store.insert_run(run))
     return run_id
 

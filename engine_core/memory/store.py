@@ -211,6 +211,7 @@ class InMemoryStore(StepMemory, EventLeaseMemory, FlowMemory, WorkerMemory, Stre
         forget: Iterable[str] = (),
         idle_only: bool = False,
         keep_lease: bool = False,
+        expire_at: datetime | None = None,
     ) -> bool:
         """:meth:`Store.settle_run <engine_core.store.Store.settle_run>`, in memory."""
         run = self._fenced(run_id, token, expect)
@@ -225,6 +226,8 @@ class InMemoryStore(StepMemory, EventLeaseMemory, FlowMemory, WorkerMemory, Stre
             run.status = status
             run.output = clone(output)
             run.error = clone(error)
+            if status in TERMINAL:
+                run.expire_at = expire_at
         return True
 
     async def request_pass(self, run_id: str, *, changed: str | None = None) -> None:
@@ -249,6 +252,7 @@ class InMemoryStore(StepMemory, EventLeaseMemory, FlowMemory, WorkerMemory, Stre
         error: dict[str, Any] | None = None,
         request_pass: bool = False,
         forget: Iterable[str] = (),
+        expire_at: datetime | None = None,
     ) -> RunRecord | None:
         """:meth:`Store.set_run_status <engine_core.store.Store.set_run_status>`, in memory."""
         run = self._runs.get(run_id)
@@ -259,6 +263,8 @@ class InMemoryStore(StepMemory, EventLeaseMemory, FlowMemory, WorkerMemory, Stre
         if "*" not in run.changed:
             run.changed.append("*")  # a stop or a restart: passes read every step again
         run.status = status
+        if status in TERMINAL:
+            run.expire_at = expire_at
         if error is not None:
             run.error = clone(error)
         if request_pass:
@@ -418,6 +424,22 @@ class InMemoryStore(StepMemory, EventLeaseMemory, FlowMemory, WorkerMemory, Stre
             for r in self._runs.values()
             if r.status in TERMINAL and r.updated_at < finished_before
         )[:limit]
+        return self._delete(doomed)
+
+    async def expire_runs(self, before: datetime, limit: int) -> int:
+        """:meth:`Store.expire_runs <engine_core.store.Store.expire_runs>`, in memory (a
+        scan of the runs: the recovery pass that calls it scans them anyway)."""
+        due = sorted(
+            (r.expire_at, r.run_id)
+            for r in self._runs.values()
+            if r.status in TERMINAL and r.expire_at is not None and r.expire_at < before
+        )
+        return self._delete([run_id for _, run_id in due[:limit]])
+
+    def _delete(self, doomed: list[str]) -> int:
+        """Delete these runs with everything they own; how many."""
+        if not doomed:
+            return 0
         gone = set(doomed)
         for run_id in doomed:
             del self._runs[run_id]

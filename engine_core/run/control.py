@@ -12,7 +12,7 @@ import logging
 import time
 import uuid
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import engine_core.common.lifecycle_log as lifecycle_log
@@ -35,6 +35,13 @@ from engine_core.run.transitions import child_ended, retried, told, write
 from engine_core.store import Store
 
 log = logging.getLogger("engine_core")
+
+
+def expiry(runtime: Runtime, run: RunRecord) -> datetime | None:
+    """When ``run``, ending now, may be deleted (its retention, see
+    ``Runtime.retention``), or None: kept until pruned."""
+    kept = runtime.retention(run.workflow, run.retention)
+    return None if kept is None else utcnow() + timedelta(seconds=kept)
 
 
 def cancelled_error(run_id: str) -> dict[str, Any]:
@@ -117,7 +124,12 @@ class RunControl:
         target: RunState = "compensating" if compensate else "cancelled"
         error = error or cancelled_error(run_id)
         updated = await self.store.set_run_status(
-            run.run_id, target, expect=STOPPABLE, error=error, request_pass=compensate
+            run.run_id,
+            target,
+            expect=STOPPABLE,
+            error=error,
+            request_pass=compensate,
+            expire_at=None if compensate else expiry(self.runtime, run),
         )
         if updated is None:
             # Stopped already, maybe by an earlier cancel that did not get to its end
@@ -251,6 +263,7 @@ class RunControl:
             run_id=child_id,
             workflow=workflow,
             version=self.runtime.workflow_version(workflow),
+            retention=self.runtime.retention(workflow),
             status="running",
             input=input,
             created_at=now,

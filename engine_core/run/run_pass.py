@@ -22,10 +22,11 @@ from engine_core.common.durations import Duration
 from engine_core.common.outages import StoreDown
 from engine_core.common.values import check_fits, to_stored
 from engine_core.errors import NotSerializableError, StepFailedError, StoreUnavailableError
-from engine_core.records import RunState, StepRecord, utcnow
+from engine_core.records import TERMINAL, RunState, StepRecord, utcnow
 from engine_core.run.attempt import error_info
 from engine_core.run.body_hooks import running_body
 from engine_core.run.context import ValueMismatch, WorkflowContext, as_declared
+from engine_core.run.control import expiry
 from engine_core.run.divergence import Mismatch
 from engine_core.run.keys import compensation_key
 from engine_core.run.pass_state import PassState
@@ -125,6 +126,7 @@ class RunPass(PassState):
             forget=carry.forget,
             idle_only=status is None,
             keep_lease=status == "compensating",
+            expire_at=expiry(self.runtime, self.run) if status in TERMINAL else None,
         )
         await self.settled(ok, carry)
         if ok and status is not None:

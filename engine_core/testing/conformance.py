@@ -7,6 +7,7 @@ from engine_core.testing.flow_cases import FlowCases
 from engine_core.testing.fork_cases import ForkCases
 from engine_core.testing.operator_cases import OperatorCases
 from engine_core.testing.replay_cases import ReplayRecordCases
+from engine_core.testing.retention_cases import RetentionCases
 from engine_core.testing.run_cases import RunCases
 from engine_core.testing.schedule_cases import ScheduleCases
 from engine_core.testing.step_cases import StepCases
@@ -25,6 +26,7 @@ class StoreConformance(
     OperatorCases,
     ForkCases,
     StreamCases,
+    RetentionCases,
 ):
     """What every :class:`~engine_core.store.Store` must do. Needs a ``store`` fixture
     that yields a fresh, initialised, empty store."""

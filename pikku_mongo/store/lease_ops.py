@@ -15,8 +15,9 @@ from pymongo.errors import DuplicateKeyError
 
 from engine_core.records import Lease, utcnow
 from pikku_mongo.wire.checks import check_int, check_str
-from pikku_mongo.wire.documents import Doc, lease_expiry, lease_from_doc
+from pikku_mongo.wire.documents import Doc
 from pikku_mongo.wire.encoding import EPOCH, pack, to_us
+from pikku_mongo.wire.event_docs import lease_expiry, lease_from_doc
 from pikku_mongo.wire.retry import transient_retry
 from pikku_mongo.wire.skew import SkewBound
 

@@ -97,6 +97,7 @@ from pikku_mongo.store.options import (
     check_options,
     check_targeting,
 )
+from pikku_mongo.store.owned import Owned
 from pikku_mongo.store.prune_ops import PruneOps
 from pikku_mongo.store.queue_ops import QueueOps
 from pikku_mongo.store.run_ops import RunOps
@@ -112,7 +113,13 @@ from pikku_mongo.wire.command_metrics import CommandCounter
 from pikku_mongo.wire.documents import Doc
 from pikku_mongo.wire.indexes import create_indexes
 from pikku_mongo.wire.retry import transient_retry
-from pikku_mongo.wire.server import ClockOffset, hello, measure_clock_offset, topology
+from pikku_mongo.wire.server import (
+    ClockOffset,
+    hello,
+    measure_clock_offset,
+    topology,
+    ttl_monitor,
+)
 from pikku_mongo.wire.skew import SkewBound
 from pikku_mongo.wire.uri import database_name, redact
 from pikku_mongo.wire.watch import job_inserts
@@ -208,6 +215,7 @@ class MongoStore:
         self.dedup_ops: DedupOps = DedupOps(
             runs=self.runs, dedup=self.dedup, dedup_writes=self.dedup_writes, reads=reads, skew=skew
         )
+        self.owned = Owned([self.steps, self.events, self.streams, self.heartbeats])
         self.run_ops: RunOps = RunOps(
             runs=self.runs,
             run_writes=self.run_writes,
@@ -215,13 +223,10 @@ class MongoStore:
             targeting=targeting,
             reads=reads,
             skew=skew,
+            owned=self.owned,
         )
         self.listing: ListingOps = ListingOps(self.runs)
-        self.prune_ops: PruneOps = PruneOps(
-            runs=self.runs,
-            owned=(self.steps, self.events, self.streams, self.heartbeats),
-            dedup=self.dedup_ops,
-        )
+        self.prune_ops: PruneOps = PruneOps(runs=self.runs, owned=self.owned, dedup=self.dedup_ops)
         self.step_ops: StepOps = StepOps(
             reads=reads,
             skew=skew,
@@ -355,6 +360,8 @@ class MongoStore:
         )
         self._ttl_refused = self._ttl_refused or not created
         await self.stream_ops.create_stream_indexes()
+        await self.owned.create_indexes()
+        self.prune_ops.ttl_monitor = await ttl_monitor(self.database)
         if self.job_index is not None and self.line_index is not None:
             await self.job_index.create_indexes()
             await self.line_index.create_indexes()
@@ -420,6 +427,7 @@ class MongoStore:
     # PruneOps
     _prune = ServedBy["MongoStore", PruneOps](lambda store: store.prune_ops)
     delete_runs = _prune(PruneOps.delete_runs)
+    expire_runs = _prune(PruneOps.expire_runs)
     # StepOps
     _steps = ServedBy["MongoStore", StepOps](lambda store: store.step_ops)
     load_steps = _steps(StepOps.load_steps)

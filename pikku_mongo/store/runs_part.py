@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pymongo.asynchronous.collection import AsyncCollection
 
 from pikku_mongo.store.dedup_ops import DedupOps
+from pikku_mongo.store.owned import Owned
 from pikku_mongo.store.targeting import Targeting
 from pikku_mongo.wire.causal import CausalReads
 from pikku_mongo.wire.documents import Doc
@@ -17,8 +18,8 @@ from pikku_mongo.writes.batcher import Batcher
 @dataclass(eq=False, kw_only=True)
 class RunsPart:
     """The ``runs`` collection and what writing it takes: its group commit, the dedup
-    claims a start takes, the line index (when targeted polling is on), causal reads
-    and the clock-skew bound."""
+    claims a start takes, the line index (when targeted polling is on), causal reads,
+    the clock-skew bound, and what runs own."""
 
     runs: AsyncCollection[Doc]
     run_writes: Batcher
@@ -27,3 +28,5 @@ class RunsPart:
     targeting: Targeting
     reads: CausalReads
     skew: SkewBound
+    #: What runs own outside their documents (stamped for TTL and back, see ``owned``).
+    owned: Owned
