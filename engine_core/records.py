@@ -32,6 +32,25 @@ FAILED_ENDINGS: frozenset[str] = frozenset({"failed", "compensated", "compensati
 STOPPABLE: tuple[RunState, ...] = ("queued", "running", "suspended")
 
 
+class Unread(str):
+    """A stored value a read did not give back, shown as its text: one this process
+    cannot decode ("encrypted"), or one a list left where the store keeps it apart
+    ("offloaded, N bytes"). A write of a record holding it stores what was stored
+    (``stored``), unchanged."""
+
+    stored: Any
+
+    def __new__(cls, text: str, stored: Any = None) -> Unread:
+        shown = super().__new__(cls, text)
+        shown.stored = shown if stored is None else stored
+        return shown
+
+
+class Apart(Unread):
+    """A value a store keeps apart from its record (MongoStore: in GridFS, past its
+    ``offload_over``), referenced from it; the store's ``fetch_values`` gives it back."""
+
+
 def utcnow() -> datetime:
     """The current time, timezone-aware (UTC)."""
     return datetime.now(UTC)

@@ -31,6 +31,7 @@ LAYERS: list[set[str]] = [
     },
     {
         "common.durations",
+        "common.sizes",
         "common.values",
         "common.options",
         "store",
@@ -39,6 +40,7 @@ LAYERS: list[set[str]] = [
         "fleet.timers",
         "common.outages",
     },
+    {"codecs.apart"},
     {"codecs.sealed_store"},
     {"codecs"},
     {
@@ -162,7 +164,7 @@ MONGO_LAYERS: list[set[str]] = [
     {"writes"},
     # store: MongoStore and its parts
     {"store.served", "store.options", "store.declared_ops", "store.worker_ops"},
-    {"store.lease_ops", "store.event_ops", "store.fork_ops", "store.listing"},
+    {"store.lease_ops", "store.event_ops", "store.fork_ops", "store.listing", "store.offload_ops"},
     {"store.schedule_ops", "store.stream_ops", "store.job_index", "store.line_index"},
     {"store.dedup_ops", "store.targeting", "store.owned"},
     {"store.runs_part"},

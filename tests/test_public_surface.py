@@ -155,7 +155,8 @@ def test_mongo_store_is_built_from_parts_not_mixins() -> None:
     }
     served = {n for n, v in vars(pikku_mongo.MongoStore).items() if isinstance(v, Served)}
     own = {"init", "close", "job_hints"}  # the store's own: its client, indexes, streams
-    assert protocol - own == served - {"journals_outcomes"}
+    apart = {"offload_values", "fetch_values", "drop_values"}  # engine_core.codecs.apart
+    assert protocol - own == served - {"journals_outcomes"} - apart
     assert own <= set(vars(pikku_mongo.MongoStore))
 
 

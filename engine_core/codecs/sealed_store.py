@@ -1,4 +1,5 @@
-"""``SealedStore``: the seam where ``Engine(codec=...)`` meets the store.
+"""``SealedStore``: the seam where the engine's values meet the store: sealed by
+``Engine(codec=...)``, and the large ones kept apart where the store offers it.
 
 The engine works with plain values; every store method that takes or gives user values
 passes through here, sealing them on the way in and opening them on the way out (see
@@ -19,8 +20,9 @@ back as it was stored. Within ``showing_undecodable()`` none raises.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
+from engine_core.codecs.apart import RUN_VALUES, STEP_VALUES, ValuesApart
 from engine_core.codecs.payload import PayloadCodec
 from engine_core.codecs.sealing import Sealer
 from engine_core.records import (
@@ -34,6 +36,8 @@ from engine_core.records import (
 )
 from engine_core.store import Store
 from engine_core.streams import StreamEntry
+
+_R = TypeVar("_R")
 
 #: The store protocol's methods that carry no user value: passed to the store as they are.
 PASSED_THROUGH = frozenset(
@@ -84,12 +88,14 @@ PASSED_THROUGH = frozenset(
 
 class SealedStore:
     """``inner`` with every user value sealed by ``codec`` at rest (None: written plain;
-    a sealed value read raises or shows as "encrypted"). Anything not listed here is
-    ``inner``'s own (its other methods and attributes)."""
+    a sealed value read raises or shows as "encrypted"), and its large values kept apart
+    where ``inner`` keeps values apart (:mod:`engine_core.codecs.apart`). Anything not
+    listed here is ``inner``'s own (its other methods and attributes)."""
 
     def __init__(self, inner: Store, codec: PayloadCodec | None) -> None:
         self.inner = inner
         self.sealer = Sealer(codec)
+        self.apart = ValuesApart(inner)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -97,39 +103,73 @@ class SealedStore:
     def __repr__(self) -> str:
         return f"SealedStore({self.inner!r}, codec={self.sealer.codec!r})"
 
-    def _runs(self, runs: Sequence[RunRecord], strict: bool = False) -> list[RunRecord]:
+    # ---- sealing and placing on the way in ------------------------------------------
+
+    async def _run_in(self, run: RunRecord) -> RunRecord:
+        return await self.apart.placed_run(self.sealer.seal_run(run))
+
+    async def _steps_in(self, steps: Sequence[StepRecord]) -> list[StepRecord]:
+        return await self.apart.placed_steps([self.sealer.seal_step(s) for s in steps])
+
+    async def _value_in(self, run_id: str, value: Any) -> Any:
+        return (await self.apart.place(run_id, [self.sealer.seal(value)]))[0]
+
+    # ---- fetching and opening on the way out ----------------------------------------
+
+    async def _runs_out(
+        self, runs: Sequence[RunRecord], strict: bool = False, fetch: bool = True
+    ) -> list[RunRecord]:
+        if fetch:
+            runs = await self.apart.fetched_runs(runs)
         return [self.sealer.open_run(r, strict) for r in runs]
 
-    def _run(self, run: RunRecord | None, strict: bool = False) -> RunRecord | None:
-        return None if run is None else self.sealer.open_run(run, strict)
+    async def _run_out(self, run: RunRecord | None, strict: bool = False) -> RunRecord | None:
+        return None if run is None else (await self._runs_out([run], strict))[0]
 
-    def _steps(self, steps: Sequence[StepRecord], strict: bool = True) -> list[StepRecord]:
-        return [self.sealer.open_step(s, strict) for s in steps]
+    async def _steps_out(
+        self, steps: Sequence[StepRecord], strict: bool = True
+    ) -> list[StepRecord]:
+        fetched = await self.apart.fetched(steps, STEP_VALUES)
+        return [self.sealer.open_step(s, strict) for s in fetched]
+
+    async def _field_out(self, record: _R, name: str, strict: bool = True) -> _R:
+        fetched = await self.apart.fetched_one(record, (name,))
+        assert fetched is not None
+        return self.sealer.open_field(fetched, name, strict)
 
     # ---- runs -----------------------------------------------------------------------
 
     async def insert_run(self, run: RunRecord) -> RunRecord | None:
-        return self._run(await self.inner.insert_run(self.sealer.seal_run(run)))
+        stored = await self._run_in(run)
+        try:
+            existing = await self.inner.insert_run(stored)
+        except BaseException:
+            await self.apart.drop([stored], RUN_VALUES)
+            raise
+        if existing is None:
+            return None
+        await self.apart.drop([stored], RUN_VALUES)  # the run was there: ours is not
+        return await self._run_out(existing)
 
     async def get_run(self, run_id: str) -> RunRecord | None:
-        return self._run(await self.inner.get_run(run_id))
+        return await self._run_out(await self.inner.get_run(run_id))
 
     async def get_runs(self, run_ids: Sequence[str], **options: Any) -> list[RunRecord]:
-        return self._runs(await self.inner.get_runs(run_ids, **options))
+        return await self._runs_out(await self.inner.get_runs(run_ids, **options))
 
     async def begin_pass(self, run_id: str, **options: Any) -> RunRecord | None:
-        return self._run(await self.inner.begin_pass(run_id, **options), strict=True)
+        return await self._run_out(await self.inner.begin_pass(run_id, **options), strict=True)
 
     async def start_step(
         self, run_id: str, *, outcomes: Sequence[StepRecord] = (), **options: Any
     ) -> bool:
-        sealed = [self.sealer.seal_step(s) for s in outcomes]
+        sealed = await self._steps_in(outcomes)
         return await self.inner.start_step(run_id, outcomes=sealed, **options)
 
     async def record_steps(
         self, run_id: str, *, outcomes: Sequence[StepRecord], **options: Any
     ) -> bool:
-        sealed = [self.sealer.seal_step(s) for s in outcomes]
+        sealed = await self._steps_in(outcomes)
         return await self.inner.record_steps(run_id, outcomes=sealed, **options)
 
     async def settle_run(
@@ -141,12 +181,11 @@ class SealedStore:
         outcomes: Sequence[StepRecord] = (),
         **options: Any,
     ) -> bool:
-        seal = self.sealer
         return await self.inner.settle_run(
             run_id,
-            output=seal.seal(output),
-            error=seal.seal_error(error),
-            outcomes=[seal.seal_step(s) for s in outcomes],
+            output=await self._value_in(run_id, output),
+            error=self.sealer.seal_error(error),
+            outcomes=await self._steps_in(outcomes),
             **options,
         )
 
@@ -159,67 +198,73 @@ class SealedStore:
         **options: Any,
     ) -> RunRecord | None:
         error = self.sealer.seal_error(error)
-        return self._run(await self.inner.set_run_status(run_id, status, error=error, **options))
+        set_to = await self.inner.set_run_status(run_id, status, error=error, **options)
+        return await self._run_out(set_to)
 
     async def list_child_runs(self, run_id: str) -> list[RunRecord]:
-        return self._runs(await self.inner.list_child_runs(run_id))
+        return await self._runs_out(await self.inner.list_child_runs(run_id), fetch=False)
 
     async def find_idle_runs(self, *args: Any, **options: Any) -> list[RunRecord]:
-        return self._runs(await self.inner.find_idle_runs(*args, **options))
+        return await self._runs_out(await self.inner.find_idle_runs(*args, **options), fetch=False)
 
     async def list_runs(self, **options: Any) -> list[RunRecord]:
-        return self._runs(await self.inner.list_runs(**options))
+        return await self._runs_out(await self.inner.list_runs(**options), fetch=False)
 
     async def fork_run(self, run: RunRecord, steps: Sequence[StepRecord]) -> RunRecord | None:
-        sealed = [self.sealer.seal_step(s) for s in steps]
-        return self._run(await self.inner.fork_run(self.sealer.seal_run(run), sealed))
+        stored, copied = await self._run_in(run), await self._steps_in(steps)
+        try:
+            existing = await self.inner.fork_run(stored, copied)
+        except BaseException:
+            await self.apart.drop([stored], RUN_VALUES)
+            raise
+        return await self._run_out(existing)
 
-    # ---- flow control ---------------------------------------------------------------
+    # ---- flow control: the runs as read go back as they are (their values unwritten) --
 
     async def queued_runs(self, queue: str, **options: Any) -> list[RunRecord]:
-        return self._runs(await self.inner.queued_runs(queue, **options))
+        return await self._runs_out(await self.inner.queued_runs(queue, **options), fetch=False)
 
     async def admit_run_holding(self, run: RunRecord, **options: Any) -> RunRecord | None:
-        begun = await self.inner.admit_run_holding(self.sealer.seal_run(run), **options)
-        return self._run(begun, strict=True)
+        begun = await self.inner.admit_run_holding(run, **options)
+        return await self._run_out(begun, strict=True)
 
     async def find_delayed_runs(self, *args: Any) -> list[RunRecord]:
-        return self._runs(await self.inner.find_delayed_runs(*args))
+        return await self._runs_out(await self.inner.find_delayed_runs(*args), fetch=False)
 
     async def release_delayed_runs(self, runs: Sequence[RunRecord]) -> list[RunRecord]:
-        sealed = [self.sealer.seal_run(r) for r in runs]
-        return self._runs(await self.inner.release_delayed_runs(sealed))
+        released = await self.inner.release_delayed_runs(runs)
+        return await self._runs_out(released, fetch=False)
 
     async def reenter_run(self, run: RunRecord, **options: Any) -> RunRecord | None:
-        return self._run(await self.inner.reenter_run(self.sealer.seal_run(run), **options))
+        return await self._run_out(await self.inner.reenter_run(run, **options))
 
     async def find_deadlines(self, *args: Any) -> list[RunRecord]:
-        return self._runs(await self.inner.find_deadlines(*args))
+        return await self._runs_out(await self.inner.find_deadlines(*args), fetch=False)
 
     # ---- steps ----------------------------------------------------------------------
 
     async def load_steps(self, run_id: str) -> list[StepRecord]:
-        return self._steps(await self.inner.load_steps(run_id))
+        return await self._steps_out(await self.inner.load_steps(run_id))
 
     async def load_steps_of(
         self, run_ids: Sequence[str], **options: Any
     ) -> dict[str, list[StepRecord]]:
         # An offline check of many runs: one run's undecodable value must not stop it.
         loaded = await self.inner.load_steps_of(run_ids, **options)
-        return {run_id: self._steps(steps, strict=False) for run_id, steps in loaded.items()}
+        return {r: await self._steps_out(steps, strict=False) for r, steps in loaded.items()}
 
     async def get_step(self, run_id: str, key: str) -> StepRecord | None:
         step = await self.inner.get_step(run_id, key)
-        return None if step is None else self.sealer.open_step(step)
+        return None if step is None else (await self._steps_out([step]))[0]
 
     async def get_steps(self, run_id: str, keys: Any) -> list[StepRecord]:
-        return self._steps(await self.inner.get_steps(run_id, keys))
+        return await self._steps_out(await self.inner.get_steps(run_id, keys))
 
     async def save_steps(self, steps: Sequence[StepRecord]) -> None:
-        await self.inner.save_steps([self.sealer.seal_step(s) for s in steps])
+        await self.inner.save_steps(await self._steps_in(steps))
 
     async def insert_step(self, step: StepRecord) -> bool:
-        return await self.inner.insert_step(self.sealer.seal_step(step))
+        return await self.inner.insert_step((await self._steps_in([step]))[0])
 
     async def update_step(
         self,
@@ -230,50 +275,58 @@ class SealedStore:
         changes: dict[str, Any],
         entry: AttemptEntry | None = None,
     ) -> bool:
+        sealed = self.sealer.seal_changes(changes)
+        for name in STEP_VALUES:
+            if name in sealed:
+                sealed[name] = (await self.apart.place(run_id, [sealed[name]]))[0]
         return await self.inner.update_step(
-            run_id,
-            key,
-            guard=guard,
-            changes=self.sealer.seal_changes(changes),
-            entry=self.sealer.seal_entry(entry),
+            run_id, key, guard=guard, changes=sealed, entry=self.sealer.seal_entry(entry)
         )
 
     async def claim_steps(self, functions: Sequence[str], **options: Any) -> list[StepRecord]:
-        return self._steps(await self.inner.claim_steps(functions, **options))
+        return await self._steps_out(await self.inner.claim_steps(functions, **options))
 
     async def find_claims(self, holder: str) -> list[StepRecord]:
-        return self._steps(await self.inner.find_claims(holder))
+        return await self._steps_out(await self.inner.find_claims(holder))
 
     # ---- events, streams, heartbeats, schedules -------------------------------------
 
     async def insert_event(self, event: EventRecord) -> None:
-        await self.inner.insert_event(self.sealer.seal_field(event, "payload"))
+        stored = self.sealer.seal_field(event, "payload")
+        await self.inner.insert_event(await self.apart.placed(stored, ("payload",), event.run_id))
 
     async def consume_event(self, run_id: str, name: str, consumer: str) -> EventRecord | None:
         event = await self.inner.consume_event(run_id, name, consumer)
-        return None if event is None else self.sealer.open_field(event, "payload")
+        return None if event is None else await self._field_out(event, "payload")
 
     async def append_stream(self, entry: StreamEntry) -> StreamEntry | None:
-        held = await self.inner.append_stream(self.sealer.seal_field(entry, "value"))
-        return None if held is None else self.sealer.open_field(held, "value", strict=False)
+        stored = self.sealer.seal_field(entry, "value")
+        stored = await self.apart.placed(stored, ("value",), entry.run_id)
+        held = await self.inner.append_stream(stored)
+        return None if held is None else await self._field_out(held, "value", strict=False)
 
     async def stream_entries(self, run_id: str, key: str, **options: Any) -> list[StreamEntry]:
         entries = await self.inner.stream_entries(run_id, key, **options)
-        return [self.sealer.open_field(e, "value") for e in entries]
+        fetched = await self.apart.fetched(entries, ("value",))
+        return [self.sealer.open_field(e, "value") for e in fetched]
 
     async def put_heartbeat(self, run_id: str, key: str, *, attempt: int, details: Any) -> None:
-        details = self.sealer.seal(details)
+        details = await self._value_in(run_id, details)
         await self.inner.put_heartbeat(run_id, key, attempt=attempt, details=details)
 
     async def get_heartbeat(self, run_id: str, key: str) -> tuple[int, Any] | None:
         held = await self.inner.get_heartbeat(run_id, key)
-        return None if held is None else (held[0], self.sealer.open(held[1]))
+        if held is None:
+            return None
+        return held[0], self.sealer.open(await self.apart.fetched_value(held[1]))
+
+    # A schedule belongs to no run: its input stays in its record (it goes to the runs
+    # it starts as stored, so a read of it never raises).
 
     async def put_schedule(self, schedule: ScheduleRecord) -> None:
         await self.inner.put_schedule(self.sealer.seal_field(schedule, "input"))
 
     def _schedule(self, schedule: ScheduleRecord | None) -> ScheduleRecord | None:
-        # A schedule's input goes to the runs it starts as stored: never raises here.
         return None if schedule is None else self.sealer.open_field(schedule, "input", False)
 
     async def get_schedule(self, name: str) -> ScheduleRecord | None:

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 from engine_core.codecs.payload import PayloadCodec
 from engine_core.errors import CodecError
-from engine_core.records import AttemptEntry, RunRecord, StepRecord
+from engine_core.records import AttemptEntry, RunRecord, StepRecord, Unread
 
 #: The key of an error's sealed message and stack.
 SEALED = "sealed"
@@ -47,16 +47,15 @@ def showing_undecodable() -> Iterator[None]:
         _SHOWING.reset(token)
 
 
-class Undecoded(str):
+class Undecoded(Unread):
     """A stored value this process cannot decode: the text "encrypted", holding what was
     stored (``stored``, written back unchanged) and why (``error``)."""
 
-    stored: Any
     error: CodecError
 
     def __new__(cls, stored: Any, error: CodecError) -> Undecoded:
-        shown = super().__new__(cls, ENCRYPTED)
-        shown.stored = stored
+        shown = super().__new__(cls, ENCRYPTED, stored)
+        assert isinstance(shown, Undecoded)
         shown.error = error
         return shown
 
@@ -99,7 +98,7 @@ class Sealer:
         """``value`` as stored: sealed bytes with a codec (None kept), else itself."""
         if value is None or type(value) is bytes:
             return value
-        if type(value) is Undecoded:
+        if isinstance(value, Unread):
             return value.stored
         if self.codec is None:
             return value

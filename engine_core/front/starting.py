@@ -10,7 +10,7 @@ from typing import Any
 import engine_core.common.lifecycle_log as lifecycle_log
 from engine_core.common.convert import declared_parameter, from_json
 from engine_core.common.durations import Duration
-from engine_core.common.values import check_name, to_stored
+from engine_core.common.values import MAX_VALUE_BYTES, check_name, to_stored, value_limit
 from engine_core.errors import InvalidInputError, InvalidRunIdError
 from engine_core.flow.starts import hold_first_pass, new_run
 from engine_core.front.host import Host
@@ -37,7 +37,7 @@ async def start_run(
     host = host
     local = workflow in host.workflows
     if local:
-        check_input(host.workflows[workflow], workflow, input)
+        check_input(host.workflows[workflow], workflow, input, value_limit(host.store))
     else:
         # A client by name: some live worker must serve it.
         check_name(workflow, "workflow name")
@@ -58,6 +58,7 @@ async def start_run(
         dedup_id=dedup_id,
         delay=delay,
         deadline=deadline,
+        limit=value_limit(host.store),
     )
     run.version = host.workflow_version(workflow)
     run.retention = host.retention(workflow)
@@ -103,18 +104,28 @@ async def record_for_fleet(
 ) -> str:
     """Record a run of ``workflow`` (registered elsewhere, perhaps nowhere yet) for the
     fleet to drive, without checking that any live worker serves it."""
-    run = new_run(workflow, input, run_id=run_id, started_by=host.instance_id, queues=host.queues)
+    run = new_run(
+        workflow,
+        input,
+        run_id=run_id,
+        started_by=host.instance_id,
+        queues=host.queues,
+        limit=value_limit(host.store),
+    )
     run.retention = host.retention(workflow)
     await call(lambda: host.store.insert_run(run))
     return run_id
 
 
-def check_input(fn: Callable[..., Any], workflow: str, input: Any) -> None:
-    """``input`` must fit the type ``fn`` declares for it: :class:`InvalidInputError`."""
+def check_input(
+    fn: Callable[..., Any], workflow: str, input: Any, limit: int = MAX_VALUE_BYTES
+) -> None:
+    """``input`` must fit the type ``fn`` declares for it: :class:`InvalidInputError`
+    (and be no larger than ``limit``: :class:`ValueTooLargeError`)."""
     declared = declared_parameter(fn, 1)
     if declared is None:
         return
-    stored = to_stored(input, f"input of workflow {workflow!r}")
+    stored = to_stored(input, f"input of workflow {workflow!r}", limit)
     try:
         from_json(stored, declared)
     except (ValueError, TypeError) as exc:

@@ -36,6 +36,10 @@ from engine_core.records import (
 class InMemoryStore(StepMemory, EventLeaseMemory, FlowMemory, WorkerMemory, StreamMemory):
     """A single-process store that keeps everything in dicts."""
 
+    #: The largest value it keeps (characters of JSON): as ``MongoStore``'s default
+    #: ``max_value``, so a value refused on one store is refused on the other.
+    max_value_bytes = 256 * 1024 * 1024
+
     def __init__(self) -> None:
         self._runs: dict[str, RunRecord] = {}
         self._steps: dict[tuple[str, str], StepRecord] = {}

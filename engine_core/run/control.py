@@ -17,7 +17,7 @@ from typing import Any
 
 import engine_core.common.lifecycle_log as lifecycle_log
 from engine_core.common.runtime import Runtime
-from engine_core.common.values import check_name, check_run_id, to_stored
+from engine_core.common.values import check_name, check_run_id, to_stored, value_limit
 from engine_core.errors import RunNotActiveError, RunNotFoundError
 from engine_core.mirror import mirror_run, mirror_step
 from engine_core.records import (
@@ -79,7 +79,7 @@ class RunControl:
             event_id=f"{time.time_ns():020d}-{uuid.uuid4().hex[:12]}",
             run_id=run.run_id,
             name=name,
-            payload=to_stored(payload, f"payload of event {name!r}"),
+            payload=to_stored(payload, f"payload of event {name!r}", value_limit(self.store)),
             created_at=utcnow(),
         )
         await self.store.insert_event(event)

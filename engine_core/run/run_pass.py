@@ -20,7 +20,7 @@ import engine_core.run.waits as waits
 from engine_core.common.convert import declared_parameter, from_json
 from engine_core.common.durations import Duration
 from engine_core.common.outages import StoreDown
-from engine_core.common.values import check_fits, to_stored
+from engine_core.common.values import check_fits, record_limit, to_stored, value_limit
 from engine_core.errors import NotSerializableError, StepFailedError, StoreUnavailableError
 from engine_core.records import TERMINAL, RunState, StepRecord, utcnow
 from engine_core.run.attempt import error_info
@@ -101,8 +101,9 @@ class RunPass(PassState):
                 if isinstance(failure, KeyboardInterrupt | SystemExit):
                     raise failure
                 return await self._fail(failure)
-            stored = to_stored(output, f"output of workflow {self.run.workflow!r}")
-            check_fits(f"output of workflow {self.run.workflow!r}", self.run.input, stored)
+            what = f"output of workflow {self.run.workflow!r}"
+            stored = to_stored(output, what, value_limit(self.store))
+            check_fits(what, self.run.input, stored, limit=record_limit(self.store))
             return await self._end("completed", stored, None)
         except Stopped:
             return "stopped"

@@ -1,7 +1,7 @@
 """``MongoStore``'s store-wide leases (the recovery lease): the ``leases`` collection,
 ``{_id: key, holder, token, expires_us, expires_at}``. Queries judge ``expires_us``
-against this host's clock with the ``max_clock_skew`` margin (see "Clocks" in
-:mod:`pikku_mongo.store.mongo_store`); the BSON date ``expires_at`` only feeds the TTL
+against this host's clock with the ``max_clock_skew`` margin (see
+:mod:`pikku_mongo.wire.skew`); the BSON date ``expires_at`` only feeds the TTL
 index that removes the document a day after the lease ended."""
 
 from __future__ import annotations

@@ -26,6 +26,8 @@ Collections (``prefix`` + name):
   :mod:`pikku_mongo.store.job_index` and :mod:`pikku_mongo.store.line_index`.
 * ``queues``: ``_id`` = queue name; each queue's admission state, replaced by
   compare-and-set on its version. See :mod:`pikku_mongo.store.queue_ops`.
+* ``values.files`` and ``values.chunks``: the GridFS bucket of the values past
+  ``offload_over``. See :mod:`pikku_mongo.store.offload_ops`.
 
 Every guard of the protocol is one filter of one single-document write, so it is
 atomic on the server; expiry is always judged by the filter against the client's clock,
@@ -40,31 +42,7 @@ shared client often runs with ``w=1``. Pass ``write_concern=`` / ``read_concern=
 choose. Reads that decide something are causally consistent where the server keeps a
 clock (:mod:`pikku_mongo.wire.causal`): they wait for this client's last acknowledged write.
 
-Clocks. A lease's (or a claim's) expiry is written by its holder, from the holder's
-clock (``now + ttl``), and judged by every other host against its own clock: no server
-clock is used (nx-27017 serves neither ``$$NOW`` nor pipeline updates). If the clocks of
-any two hosts differ by at most ``S = max_clock_skew``:
-
-* a taker takes over only ``S`` after the stored expiry by its own clock
-  (``expires <= now - S``: :meth:`MongoStore.acquire_lease`,
-  :meth:`MongoStore.requeue_lapsed_claims`). A taker whose clock runs ``d <= S`` ahead
-  of the holder's acts at holder time ``expires + S - d >= expires``: never while the
-  holder may still hold it;
-* a holder counts its lease lost ``S`` before the stored expiry (``expires > now + S``
-  to renew it: :meth:`MongoStore.refresh_lease`, :meth:`MongoStore.extend_claim`; the
-  ``Lease.expires_at`` it is handed is already ``S`` early). It judges a value its own
-  clock wrote, so skew between hosts cancels out there; the margin covers its own
-  clock being stepped (NTP) between writing the expiry and judging it, and makes the
-  gap between the last moment a holder acts and the first moment a taker acts ``2 S``.
-
-So ``ttl`` must be at least ``2 S`` (:class:`LeaseTooShortError` otherwise), and a
-takeover after a holder dies takes ``ttl + S`` (plus the recovery interval). The
-bound is only as good as the hosts' clock sync: :meth:`MongoStore.clock_offset`
-measures this host against the server (``hello`` ``localTime``), ``init`` logs a
-warning when this host is certainly more than ``S / 2`` off (two hosts each within
-``S / 2`` of the server are within ``S`` of each other), and ``pikku-mongo doctor``
-reports it. Due times of sleeps and retries are not leases: a skewed clock fires them a
-little early or late, never twice.
+Clocks: how lease expiry tolerates skewed host clocks is :mod:`pikku_mongo.wire.skew`.
 """
 
 from __future__ import annotations
@@ -73,6 +51,7 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any, cast
 
+from gridfs import AsyncGridFSBucket
 from pymongo import AsyncMongoClient
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.asynchronous.database import AsyncDatabase
@@ -91,10 +70,14 @@ from pikku_mongo.store.lease_ops import LeaseOps
 from pikku_mongo.store.line_index import LineIndex
 from pikku_mongo.store.listing import ListingOps, backfill_made
 from pikku_mongo.store.migrations import migrate
+from pikku_mongo.store.offload_ops import OffloadOps
 from pikku_mongo.store.options import (
     CODEC_OPTIONS,
     DEFAULT_MAX_CLOCK_SKEW,
+    DEFAULT_MAX_VALUE,
+    DEFAULT_OFFLOAD_OVER,
     check_options,
+    check_sizes,
     check_targeting,
 )
 from pikku_mongo.store.owned import Owned
@@ -143,12 +126,17 @@ class MongoStore:
         max_clock_skew: Duration = DEFAULT_MAX_CLOCK_SKEW,
         change_streams: bool = True,
         targeted_polling: bool | None = None,
+        offload_over: int | str = DEFAULT_OFFLOAD_OVER,
+        max_value: int | str = DEFAULT_MAX_VALUE,
     ) -> None:
-        """``write_concern`` / ``read_concern``: pymongo objects replacing the durable
-        defaults (module docstring). ``max_clock_skew``: seconds or a string such as
-        ``"500ms"``, the bound on clock differences between hosts that lease expiry
-        tolerates (module docstring, "Clocks"); 0 on a single host. ``change_streams``:
-        wake idle workers from a change stream where the server serves one.
+        """``offload_over`` (bytes or a size such as ``"1MiB"``, at most 8 MiB): larger
+        values go to GridFS; ``max_value`` (256 MiB): the largest value kept
+        (:class:`~engine_core.ValueTooLargeError`). ``write_concern`` / ``read_concern``:
+        pymongo objects replacing the durable defaults (module docstring).
+        ``max_clock_skew``: seconds or a string such as ``"500ms"``, the bound on clock
+        differences between hosts that lease expiry tolerates
+        (:mod:`pikku_mongo.wire.skew`); 0 on a single host. ``change_streams``: wake
+        idle workers from a change stream where the server serves one.
         ``targeted_polling``: keep the job and line indexes
         (:mod:`pikku_mongo.store.job_index`, :mod:`pikku_mongo.store.line_index`) so a
         worker's poll for due jobs and an admitter's read of its line go to one shard,
@@ -167,6 +155,8 @@ class MongoStore:
             write_concern, read_concern, max_clock_skew
         )
         self.targeted_polling = check_targeting(targeted_polling)
+        #: Read by the engine: where values go apart, and the largest one kept.
+        self.offload_over_bytes, self.max_value_bytes = check_sizes(offload_over, max_value)
         self.database = database
         self.prefix = prefix
         self._client: AsyncMongoClient[Any] | None = None  # set only when we own it
@@ -198,6 +188,7 @@ class MongoStore:
         self.dedup, self.streams, self.heartbeats, self.jobs, self.lines = self._collections(
             "dedup", "streams", "heartbeats", "jobs", "lines"
         )
+        self.value_files, self.value_chunks = self._collections("values.files", "values.chunks")
 
     def _group_commit(self) -> None:
         """A group commit for each collection written on the hot path. A document a
@@ -215,7 +206,22 @@ class MongoStore:
         self.dedup_ops: DedupOps = DedupOps(
             runs=self.runs, dedup=self.dedup, dedup_writes=self.dedup_writes, reads=reads, skew=skew
         )
-        self.owned = Owned([self.steps, self.events, self.streams, self.heartbeats])
+        self.offload_ops: OffloadOps = OffloadOps(
+            files=self.value_files,
+            chunks=self.value_chunks,
+            bucket=AsyncGridFSBucket(
+                self.database, self.prefix + "values", read_preference=ReadPreference.PRIMARY
+            ),
+            offload_over=self.offload_over_bytes,
+            max_value=self.max_value_bytes,
+        )
+        self.owned = Owned(
+            [
+                *(self.steps, self.events, self.streams, self.heartbeats),
+                *(self.value_files, self.value_chunks),
+            ],
+            values=self.offload_ops,
+        )
         self.run_ops: RunOps = RunOps(
             runs=self.runs,
             run_writes=self.run_writes,
@@ -274,6 +280,8 @@ class MongoStore:
         max_clock_skew: Duration = DEFAULT_MAX_CLOCK_SKEW,
         change_streams: bool = True,
         targeted_polling: bool | None = None,
+        offload_over: int | str = DEFAULT_OFFLOAD_OVER,
+        max_value: int | str = DEFAULT_MAX_VALUE,
         **client_kwargs: Any,
     ) -> MongoStore:
         """A store on the database named in ``uri``'s path, with a client of its own
@@ -290,6 +298,7 @@ class MongoStore:
             )
         check_options(write_concern, read_concern, max_clock_skew)  # before making a client
         check_targeting(targeted_polling)
+        check_sizes(offload_over, max_value)
         check_str(prefix, "collection prefix")
         listeners = [*(client_kwargs.pop("event_listeners", None) or []), CommandCounter()]
         if not any(isinstance(listener, OperationClock) for listener in listeners):
@@ -305,6 +314,8 @@ class MongoStore:
             max_clock_skew=max_clock_skew,
             change_streams=change_streams,
             targeted_polling=targeted_polling,
+            offload_over=offload_over,
+            max_value=max_value,
         )
         store._client = client
         return store
@@ -361,6 +372,7 @@ class MongoStore:
         self._ttl_refused = self._ttl_refused or not created
         await self.stream_ops.create_stream_indexes()
         await self.owned.create_indexes()
+        await self.offload_ops.create_indexes()
         self.prune_ops.ttl_monitor = await ttl_monitor(self.database)
         if self.job_index is not None and self.line_index is not None:
             await self.job_index.create_indexes()
@@ -498,6 +510,12 @@ class MongoStore:
     put_worker = _workers(WorkerOps.put_worker)
     delete_worker = _workers(WorkerOps.delete_worker)
     list_workers = _workers(WorkerOps.list_workers)
+    # OffloadOps (not of the protocol: what the engine's seam asks of a store that keeps
+    # large values apart, engine_core.codecs.apart)
+    _offload = ServedBy["MongoStore", OffloadOps](lambda store: store.offload_ops)
+    offload_values = _offload(OffloadOps.offload_values)
+    fetch_values = _offload(OffloadOps.fetch_values)
+    drop_values = _offload(OffloadOps.drop_values)
     # DeclaredOps
     _declared = ServedBy["MongoStore", DeclaredOps](lambda store: store.declared_ops)
     put_queue_limits = _declared(DeclaredOps.put_queue_limits)

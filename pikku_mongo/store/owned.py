@@ -12,6 +12,7 @@ from datetime import datetime
 from pymongo import ASCENDING, DeleteMany, IndexModel, UpdateMany
 from pymongo.asynchronous.collection import AsyncCollection
 
+from pikku_mongo.store.offload_ops import OffloadOps
 from pikku_mongo.wire.documents import Doc
 from pikku_mongo.wire.filters import eq
 
@@ -25,9 +26,12 @@ OWNED_INDEXES = [
 
 @dataclass(eq=False)
 class Owned:
-    """The collections of the documents runs own (``collections``)."""
+    """The collections of the documents runs own (``collections``), and the values they
+    keep in GridFS (``values``: its files are deleted by their own ids, see
+    :meth:`OffloadOps.delete_of_runs`)."""
 
     collections: Sequence[AsyncCollection[Doc]]
+    values: OffloadOps | None = None
 
     async def create_indexes(self) -> None:
         """1 ``createIndexes`` per collection (:data:`OWNED_INDEXES`)."""
@@ -35,12 +39,15 @@ class Owned:
             await collection.create_indexes(OWNED_INDEXES)
 
     async def delete(self, run_ids: Sequence[str]) -> None:
-        """Delete every document of these runs (packed ids): 1 bulk write per collection."""
+        """Delete every document of these runs (packed ids): 1 bulk write per collection,
+        and their values in GridFS."""
         if not run_ids:
             return
         by_run = [DeleteMany({"run_id": eq(run_id)}) for run_id in run_ids]
         for collection in self.collections:
             await collection.bulk_write(by_run, ordered=False)
+        if self.values is not None:
+            await self.values.delete_of_runs(run_ids)
 
     async def stamp(self, expiries: Mapping[str, datetime | None]) -> None:
         """Set the TTL field ``expire_at`` of every document of these runs (packed ids) to
