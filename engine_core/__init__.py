@@ -10,6 +10,7 @@ is internal and may change without notice.
 
 from engine_core.common.status import (
     Divergence,
+    ForkPlan,
     QueueStatus,
     ReplayReport,
     RunStatus,
@@ -66,6 +67,7 @@ __all__ = [
     "DuplicateRunError",
     "Engine",
     "EngineError",
+    "ForkPlan",
     "InvalidDurationError",
     "InvalidInputError",
     "InvalidLimitError",

@@ -132,11 +132,12 @@ class Engine(ScheduleApi, RepairApi):
         ``store_timeout``, then :class:`StoreUnavailableError`. ``again=False``: tried
         once (a repeat would not be the same call), still within ``store_timeout``."""
         timeout = self.config.store_timeout
+        outages = self._host.outages
         if again:
-            return await self._host.outages.call(fn, timeout=timeout)
+            return await outages.call(fn, timeout=timeout, watched=True)
         try:
             async with asyncio.timeout(timeout):
-                return await fn()
+                return await outages.watch(fn())
         except TimeoutError:
             raise StoreUnavailableError(f"the store did not answer within {timeout:g} s") from None
 
@@ -254,7 +255,6 @@ class Engine(ScheduleApi, RepairApi):
         """
         return await start_run(
             self._host,
-            self._call,
             workflow,
             input,
             run_id=run_id,

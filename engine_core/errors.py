@@ -108,7 +108,13 @@ class StoreUnavailableError(EngineError):
     """The store could not be reached (its server is down, failing over, or the network
     is), and did not come back within the time the caller allowed. Stores raise it for
     transient failures they gave up retrying; the engine waits such outages out inside
-    passes, workers and recovery, and raises it only from a client call."""
+    passes, workers and recovery, and raises it only from a client call. From
+    ``engine.start``, ``run_id`` is the id the run has if it was recorded: start again
+    with it to start the run exactly once."""
+
+    def __init__(self, message: str = "", *, run_id: str | None = None):
+        super().__init__(message)
+        self.run_id = run_id
 
 
 class RecordTooLargeError(EngineError, ValueError):

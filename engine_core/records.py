@@ -56,6 +56,11 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+#: Patch markers are keyed apart from steps (a step's name has its ``:`` escaped in its
+#: key): ``patched:`` and the patch id.
+PATCH_PREFIX = "patched:"
+
+
 @dataclass
 class InflightStep:
     """A step attempt a pass has started and not yet recorded an outcome for."""
@@ -221,8 +226,8 @@ class StepRecord:
     # First started by a task the body's branch adopted (``adopting_tasks``): such
     # tasks reach their steps in no set order, so only its kind and callable are judged.
     loose: bool = False
-    # Where the branch it ran in was made: how many calls of its own each branch on the
-    # way down from the body had made when it made the next ("2", "2/0"; None for the
+    # Where the branch it ran in was made: how many steps of its own each branch on the
+    # way down from the body had reached when it made the next ("2", "2/0"; None for the
     # body's own steps). A replay that reaches the step elsewhere has moved it.
     made_after: str | None = None
     # A dispatched step of a fork that keeps its original's idempotency keys: the run
@@ -299,7 +304,11 @@ class Worker:
     ``versions``: the workflow versions it serves (none until workflows have versions);
     ``queues``: the queues it declared, name to limits; ``slots_used`` of
     ``concurrency``: its step slots in use at the last refresh; ``clock_offset``: its
-    clock against the store's in seconds, when the store measured it."""
+    clock against the store's in seconds, when the store measured it. ``pinned``: it
+    drives only runs of the versions it registers (``pin_versions=True``), which
+    ``workflow_versions`` names, workflow to version label (workflows registered with
+    one); ``input_schemas``: workflow to the JSON Schema of the input its type
+    declares, for a client without the code to check an input against."""
 
     instance_id: str
     host: str
@@ -314,3 +323,6 @@ class Worker:
     concurrency: int = 0
     slots_used: int = 0
     clock_offset: float | None = None
+    pinned: bool = False
+    workflow_versions: dict[str, str] = field(default_factory=dict)
+    input_schemas: dict[str, dict[str, Any]] = field(default_factory=dict)

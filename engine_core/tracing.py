@@ -10,7 +10,7 @@ import os
 import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from typing import Any
 
 from opentelemetry import trace
@@ -102,25 +102,52 @@ def record_failure(span: Span, exc: BaseException) -> None:
         span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
 
 
-_run_context: ContextVar[tuple[str, str | None] | None] = ContextVar(
+_run_context: ContextVar[tuple[str, str | None, str | None] | None] = ContextVar(
     "engine_core_run_context", default=None
+)
+_step_context: ContextVar[tuple[str, str] | None] = ContextVar(
+    "engine_core_step_log_context", default=None
 )
 
 
 @contextmanager
-def run_log_context(run_id: str, traceparent: str | None) -> Iterator[None]:
-    """Within: log records from this task carry the run's id and trace id."""
-    reset = _run_context.set((run_id, trace_id_of(traceparent)))
+def run_log_context(
+    run_id: str, traceparent: str | None, workflow: str | None = None
+) -> Iterator[None]:
+    """Within: log records from this task carry the run's id, trace id and workflow
+    (a workflow not given is kept from an enclosing context of the same run: a job run
+    for a pass of this process knows it from there)."""
+    current = _run_context.get()
+    if workflow is None and current is not None and current[0] == run_id:
+        workflow = current[2]
+    reset = _run_context.set((run_id, trace_id_of(traceparent), workflow))
     try:
         yield
     finally:
         _run_context.reset(reset)
 
 
+def current_workflow(run_id: str) -> str | None:
+    """The workflow of the run whose log context this task is in, if it is ``run_id``'s."""
+    current = _run_context.get()
+    return current[2] if current is not None and current[0] == run_id else None
+
+
+def enter_step_log(run_id: str, step: str) -> Token[tuple[str, str] | None]:
+    """While a step attempt of ``run_id`` runs, its records name ``step`` (until
+    :func:`leave_step_log` with the token)."""
+    return _step_context.set((run_id, step))
+
+
+def leave_step_log(token: Token[tuple[str, str] | None]) -> None:
+    _step_context.reset(token)
+
+
 class TraceIdFilter(logging.Filter):
-    """Adds ``run_id`` and ``trace_id`` to every record logged while a run's pass or step
-    runs (``"-"`` elsewhere), for formats such as ``"%(trace_id)s %(message)s"``; the
-    engine's lifecycle lines bring their own (and ``workflow`` and ``step``), kept.
+    """Adds ``run_id``, ``trace_id``, ``workflow`` and ``step`` to every record logged
+    while a run's pass or step runs (``"-"`` elsewhere), for formats such as
+    ``"%(trace_id)s %(workflow)s %(step)s %(message)s"``; the engine's lifecycle lines
+    bring their own, kept.
 
     Attach it to a handler: ``handler.addFilter(TraceIdFilter())``.
     """
@@ -130,13 +157,17 @@ class TraceIdFilter(logging.Filter):
         current = _run_context.get()
         # A lifecycle line names its run itself (``extra=``): kept, "-" for None.
         given = getattr(record, "run_id", None)
-        record.run_id = given or (current[0] if current else "-")
-        if given is not None and given != (current[0] if current else None):
+        run_id = given or (current[0] if current else "-")
+        record.run_id = run_id
+        ours = current is not None and run_id == current[0]
+        if not ours:
             record.trace_id = getattr(record, "trace_id", None) or "-"
+            record.workflow = getattr(record, "workflow", None) or "-"
         else:
-            record.trace_id = getattr(record, "trace_id", None) or (
-                (current[1] or "-") if current else "-"
-            )
-        record.workflow = getattr(record, "workflow", None) or "-"
-        record.step = getattr(record, "step", None) or "-"
+            assert current is not None
+            record.trace_id = getattr(record, "trace_id", None) or current[1] or "-"
+            record.workflow = getattr(record, "workflow", None) or current[2] or "-"
+        step = _step_context.get()
+        here = step[1] if step is not None and step[0] == run_id else None
+        record.step = getattr(record, "step", None) or here or "-"
         return True

@@ -139,3 +139,39 @@ async def test_a_branch_that_waits_between_steps_raises_no_false_alarm(engine: E
         await _parked_on(engine, run_id, "go")
         await engine.send_event(run_id, "go", None)
         assert await engine.result(run_id, timeout=20) == [["a0", "a1"], ["b0", "b1"]]
+
+
+async def test_a_step_moved_before_a_gather_diverges_and_a_patch_check_does_not(
+    engine: Engine,
+) -> None:
+    code = {"v": 1}
+
+    async def helper(ctx: WorkflowContext, label: str) -> str:
+        await asyncio.sleep(0)
+        return await ctx.step("h", _echo, label)
+
+    @engine.workflow("moved")
+    async def moved(ctx: WorkflowContext, data: Any) -> Any:
+        if code["v"] == 3 and await ctx.patched("new-path"):
+            await ctx.step("new", _echo, "new")
+        if code["v"] in (1, 3):
+            first = await ctx.step("first", _echo, "first")
+            got = await asyncio.gather(helper(ctx, "x"), helper(ctx, "y"))
+        else:  # v2: the gather moved before the step
+            got = await asyncio.gather(helper(ctx, "x"), helper(ctx, "y"))
+            first = await ctx.step("first", _echo, "first")
+        await ctx.wait_for_event("go")
+        return [first, got]
+
+    async with engine:
+        run_id = await engine.start("moved")
+        await _parked_on(engine, run_id, "go")
+        code["v"] = 2
+        report = await engine.replay_check(run_ids=[run_id])
+        # The branches were made before the body's first step: where they ran moved.
+        assert [d.step for d in report.diverged] == ["h@0"]
+        assert "another place of the body" in report.diverged[0].reason
+        code["v"] = 3  # the original order, behind a patch check this run passed
+        assert (await engine.replay_check(run_ids=[run_id])).diverged == []
+        await engine.send_event(run_id, "go", None)
+        assert await engine.result(run_id, timeout=20) == ["first", ["x", "y"]]

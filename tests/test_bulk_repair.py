@@ -82,6 +82,10 @@ async def test_retry_many_retries_failed_runs(engine: Engine) -> None:
     async with engine:
         ids = await _failed_runs(engine, 4)
         assert (await engine.retry_many(workflow="pay", dry_run=True)).matched == 4
+        # ``status`` as documented: "failed" is the one status a retry takes.
+        assert (await engine.retry_many(status="failed", dry_run=True)).matched == 4
+        with pytest.raises(ValueError, match="cannot be retried"):
+            await engine.retry_many(status="running")
         broken["pay"] = False
         report = await engine.retry_many(workflow="pay", error_type="ValueError")
         assert (report.matched, report.done) == (2, 2)

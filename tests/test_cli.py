@@ -224,27 +224,39 @@ async def deployed(ctx, data):
 """
 
 
+def load_app(name: str, source: str, uri: str, folder: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The app module ``name`` (``source``, written into ``folder``), as its old build
+    imports it on the store at ``uri``."""
+    import importlib
+
+    (folder / f"{name}.py").write_text(source)
+    monkeypatch.setenv("MONGODB_URI", uri)
+    monkeypatch.delenv("APP_BUILD", raising=False)
+    monkeypatch.syspath_prepend(str(folder))
+    return importlib.import_module(name)
+
+
+def replay_check(
+    app: str, uri: str, folder: Any, build: str, *extra: str
+) -> subprocess.CompletedProcess[str]:
+    """``pikku-mongo replay-check --app APP`` run from ``folder``, as build ``build``."""
+    return subprocess.run(
+        [sys.executable, "-m", "pikku_mongo.cli", "replay-check", "--app", app, *extra],
+        env={**os.environ, "MONGODB_URI": uri, "APP_BUILD": build},
+        cwd=folder, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+
 async def test_replay_check_exits_non_zero_when_a_run_would_diverge(
     cli_uri: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import importlib
-
-    (tmp_path / "deploy_app.py").write_text(_APP)
-    monkeypatch.setenv("MONGODB_URI", cli_uri)
-    monkeypatch.delenv("APP_BUILD", raising=False)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    app = importlib.import_module("deploy_app")
+    app = load_app("deploy_app", _APP, cli_uri, tmp_path, monkeypatch)
     run_id = await app.engine.start("deployed", run_id="live-1")
     await app.engine.drive(run_id)
     await app.engine.store.close()
 
     def check(build: str, *extra: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "pikku_mongo.cli", "replay-check", "--app", "deploy_app:engine",
-             *extra],
-            env={**os.environ, "MONGODB_URI": cli_uri, "APP_BUILD": build},
-            cwd=tmp_path, capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
+        return replay_check("deploy_app:engine", cli_uri, tmp_path, build, *extra)
 
     same = await asyncio.to_thread(check, "old")
     assert same.returncode == 0, same.stderr
@@ -258,3 +270,56 @@ async def test_replay_check_exits_non_zero_when_a_run_would_diverge(
     assert text.returncode == 1 and "run live-1, step 'first'" in text.stdout
     bad = await asyncio.to_thread(check, "old", "--workflow", "nope")
     assert bad.returncode == 1 and "nope" in bad.stderr and "\n" not in bad.stderr.strip()
+
+
+_MODEL_APP = """
+import os
+from pydantic import BaseModel
+from engine_core import Engine
+from pikku_mongo import MongoStore
+
+engine = Engine(MongoStore.from_uri(os.environ["MONGODB_URI"]))
+
+
+class Charge(BaseModel):
+    charge_id: str
+
+
+if os.environ.get("APP_BUILD") == "new":
+    class Charge(BaseModel):  # a required field added by the new build
+        charge_id: str
+        currency: str
+
+
+def charge() -> Charge:
+    extra = {"currency": "EUR"} if "currency" in Charge.model_fields else {}
+    return Charge(charge_id="ch-1", **extra)
+
+
+@engine.workflow("paid")
+async def paid(ctx, data):
+    await ctx.step("charge", charge)
+    return await ctx.wait_for_event("go")
+"""
+
+
+async def test_replay_check_lists_a_value_that_no_longer_fits_and_goes_on(
+    cli_uri: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = load_app("model_app", _MODEL_APP, cli_uri, tmp_path, monkeypatch)
+    for n in range(2):
+        await app.engine.drive(await app.engine.start("paid", run_id=f"paid-{n}"))
+    await app.engine.store.close()
+
+    def check(*extra: str) -> subprocess.CompletedProcess[str]:
+        return replay_check("model_app:engine", cli_uri, tmp_path, "new", *extra)
+
+    text = await asyncio.to_thread(check)
+    assert text.returncode == 1 and "Traceback" not in text.stderr, text.stderr
+    assert "replayed 2 run(s): 2 would diverge" in text.stdout
+    assert "value no longer fits the declared type" in text.stdout
+    data = json.loads((await asyncio.to_thread(check, "--json")).stdout)
+    assert [(d["run_id"], d["step"], d["reason"]) for d in data["diverged"]] == [
+        (f"paid-{n}", "charge", "value no longer fits the declared type") for n in range(2)
+    ]
+    assert "currency" in data["diverged"][0]["found"]

@@ -222,7 +222,12 @@ async def test_doctor_reports_workers_clocks_and_stranded_runs(doctor_uri: str) 
     stranded = checks["stranded runs"]
     assert stranded["status"] == "warn"
     assert stranded["stranded"] == [
-        {"workflow": "orphaned", "runs": 2, "missing": "workflow 'orphaned'"},
-        {"workflow": "(steps of 'nowhere-fn')", "runs": 1, "missing": "step function 'nowhere-fn'"},
+        {"workflow": "orphaned", "version": None, "runs": 2, "missing": "workflow 'orphaned'"},
+        {
+            "workflow": "(steps of 'nowhere-fn')",
+            "version": None,
+            "runs": 1,
+            "missing": "step function 'nowhere-fn'",
+        },
     ]
     assert "no live worker can drive these runs" in stranded["detail"]

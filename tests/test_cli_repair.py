@@ -62,7 +62,14 @@ async def test_fork_cancel_and_retry_from_the_command_line(nx_uri: str) -> None:
             uri=store_uri,
         )
         assert one.returncode == 0, one.stderr
-        assert json.loads(one.stdout) == {"run_id": "pay-0", "fork": "fix-0"}
+        assert json.loads(one.stdout) == {
+            "run_id": "pay-0",
+            "fork": "fix-0",
+            "from_step": "pay",
+            "copied": [],
+            "run_again": ["pay"],
+            "compensated": [],
+        }
         shown = run("runs", "show", "pay-0", uri=store_uri)
         assert "forks     fix-0" in shown.stdout
         shown = run("runs", "show", "fix-0", "--json", uri=store_uri)

@@ -221,7 +221,10 @@ def test_a_command_line_matches_the_help(block: Block, synopsis: str) -> None:
         ("pikku-mongo runs lisst", "no command 'lisst'"),
         ("pikku-mongo runs list [--order newest|random]", "'random' is not one of"),
         ("pikku-mongo schedules list | pause NAME EXTRA", "2 arguments, it takes 1"),
-        ("pikku-mongo runs fork|retry --workflow W [--status S]", "retry: no option --status"),
+        (
+            "pikku-mongo runs fork|cancel --workflow W [--compensate]",
+            "fork: no option --compensate",
+        ),
         ("pikku-mongo runs", "a command is missing"),
     ],
 )

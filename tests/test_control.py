@@ -234,3 +234,31 @@ async def test_cancel_with_compensate_and_nothing_to_undo_ends_cancelled(engine:
         await engine.cancel(run_id, compensate=True)
         with pytest.raises(WorkflowRunCancelledError):
             await engine.result(run_id, timeout=10)
+
+
+async def test_result_raises_as_soon_as_a_run_is_cancelled_while_its_step_runs_here(
+    make_engine: Any,
+) -> None:
+    """The process awaiting the result drives the run, its step still running; an
+    operator cancels the run from another process: ``result`` raises at once (within
+    about a second), not when the step ends (never, here) or at its timeout."""
+    worker, operator = make_engine(), make_engine()
+    started = asyncio.Event()
+
+    async def slow() -> str:
+        started.set()
+        await asyncio.sleep(3600)
+        return "late"
+
+    @worker.workflow("slow")
+    async def flow(ctx: WorkflowContext, data: Any) -> str:
+        return str(await ctx.step("slow", slow))
+
+    async with worker:
+        run_id = await worker.start("slow")
+        await asyncio.wait_for(started.wait(), 10)
+        waiting = asyncio.ensure_future(worker.result(run_id))
+        await asyncio.sleep(0.2)
+        await operator.cancel(run_id)
+        with pytest.raises(WorkflowRunCancelledError):
+            await asyncio.wait_for(waiting, 20)  # the step would run for an hour

@@ -22,6 +22,7 @@ from engine_core import (
 )
 from engine_core.store import Store
 from tests.conftest import open_store
+from tests.support.waiting import wait_step
 
 
 @pytest.fixture(params=["memory", "mongo", "mongo-targeted"])
@@ -78,14 +79,14 @@ async def test_a_queue_bounds_the_runs_admitted_at_once(engine: Engine) -> None:
 async def test_a_run_holds_its_slot_while_it_sleeps(engine: Engine) -> None:
     @engine.workflow("napper")
     async def napper(ctx: WorkflowContext, data: Any) -> Any:
-        await ctx.sleep("nap", "300ms")
+        await ctx.sleep("nap", "1s")
         return data
 
     engine.queue("one", concurrency=1)
     async with engine:
         first = await engine.start("napper", 1, queue="one")
         second = await engine.start("napper", 2, queue="one")
-        await asyncio.sleep(0.15)
+        await wait_step(engine, first, "nap", "scheduled")
         assert (await engine.status(first)).status == "running"
         assert (await engine.status(second)).status == "queued"
         assert await engine.result(second, timeout=10) == 2
@@ -332,3 +333,30 @@ async def test_bad_flow_arguments_get_specific_errors(engine: Engine) -> None:
     with pytest.raises(ValueError, match="queue="):
         await engine.start("w", key="tenant")
     assert await engine.list_runs() == []
+
+
+async def test_a_client_starts_on_a_queue_the_fleet_declared_without_declaring_it(
+    make_engine: Any,
+) -> None:
+    """The tier declares nothing: a queue a live worker declares, or whose limits the
+    store keeps, takes its starts (key and priority included) under the fleet's
+    limits; a queue declared nowhere still raises."""
+    worker, tier = make_engine(), make_engine()
+    gauge = Gauge()
+    register_held(worker, gauge, seconds=0.05)
+    worker.queue("orders", concurrency=1)
+    async with worker:
+        ids = [
+            await tier.start("held", {"n": n}, queue="orders", key="tenant-1", priority=n)
+            for n in range(4)
+        ]
+        await asyncio.gather(*(tier.result(r, timeout=30) for r in ids))
+        assert gauge.peak == 1  # the fleet's limit holds
+        with pytest.raises(QueueNotDeclaredError, match="nor by any process"):
+            await tier.start("held", {"n": 9}, queue="nope")
+    # No live worker now; the limits stay stored: a client with the code (and no
+    # declaration) records the start, queued for the fleet.
+    coder = make_engine()
+    register_held(coder, Gauge(), seconds=0.05)
+    later = await coder.start("held", {"n": 5}, queue="orders")
+    assert (await coder.status(later)).status == "queued"

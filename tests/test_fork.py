@@ -64,10 +64,14 @@ async def test_a_fork_from_the_failure_reuses_earlier_steps_and_children(engine:
         original = await engine.start("order", {"n": 1})
         await _failed(engine, original)
         broken["charge"] = False
+        plan = await engine.fork_plan(original)
+        assert (plan.from_step, plan.copied) == ("charge", ["invoice"])
+        assert (plan.run_again, plan.compensated) == (["reserve", "charge"], ["reserve"])
         fork = await engine.fork(original)
         assert await engine.result(fork, timeout=10) == ["r-1", "i-1", "c-1"]
-        # Nothing before the failed step ran again, no duplicate child started.
-        assert (calls["reserve"], calls["invoice"], calls["charge"]) == (1, 1, 2)
+        # The child before the failed step was copied (no duplicate child started);
+        # the reservation the original's compensation undid ran again.
+        assert (calls["reserve"], calls["invoice"], calls["charge"]) == (2, 1, 2)
         forked = await engine.status(fork)
         assert forked.forked_from == {"run_id": original, "step": "charge"}
         assert forked.steps["reserve"].status == "succeeded"
@@ -77,9 +81,56 @@ async def test_a_fork_from_the_failure_reuses_earlier_steps_and_children(engine:
         assert before.status == "compensated" and before.forks == 1
         assert before.forked_from is None
         assert await engine.list_forks(original) == [fork]
-        # The step that ran again had a key of its own: a new run, a new key.
+        # The steps that ran again had keys of their own: a new run, a new key.
         charge_keys = [k for k in calls if k.startswith("key:charge:")]
         assert len(charge_keys) == 2
+
+
+def register_shop(engine: Engine, charges: list[str], fail_pack: dict[str, bool]) -> None:
+    """``shop``: ``charge`` (refunded by its compensation), ``pack``, ``ship``."""
+
+    def charge(n: int) -> str:
+        charges.append(f"ch-{n}-{len(charges)}")
+        return charges[-1]
+
+    def refund(charge_id: str) -> None:
+        charges.append(f"refunded {charge_id}")
+
+    def pack(charge_id: str) -> str:
+        if fail_pack["now"]:
+            raise RuntimeError("no boxes")
+        return f"packed on {charge_id}"
+
+    @engine.workflow("shop")
+    async def shop(ctx: WorkflowContext, n: int) -> str:
+        charge_id = await ctx.step("charge", charge, n, compensate=refund)
+        await ctx.step("pack", pack, charge_id)
+        await ctx.sleep("cool-off", "10ms")  # a later pass replays the fork's record
+        return str(await ctx.step("ship", lambda: f"shipped on {charge_id}"))
+
+
+async def test_a_fork_of_a_compensated_run_runs_the_undone_steps_anew(engine: Engine) -> None:
+    """The charge was refunded by the original's compensation: the fork charges again
+    and ships on the new charge, never on the refunded one."""
+    charges: list[str] = []
+    fail_pack = {"now": True}
+    register_shop(engine, charges, fail_pack)
+    async with engine:
+        original = await engine.start("shop", 7)
+        with pytest.raises(WorkflowRunFailedError, match="no boxes"):
+            await engine.result(original, timeout=10)
+        assert (await engine.status(original)).status == "compensated"
+        assert charges == ["ch-7-0", "refunded ch-7-0"]
+        plan = await engine.fork_plan(original)
+        assert plan.from_step == "pack" and plan.copied == []
+        assert (plan.run_again, plan.compensated) == (["charge", "pack"], ["charge"])
+        fail_pack["now"] = False
+        fork = await engine.fork(original)
+        assert await engine.result(fork, timeout=10) == "shipped on ch-7-2"
+        assert charges == ["ch-7-0", "refunded ch-7-0", "ch-7-2"]
+        status = await engine.status(fork)
+        assert status.forked_from == {"run_id": original, "step": "pack"}
+        assert status.steps["charge"].attempts == 1
 
 
 async def test_a_fork_from_a_named_step_runs_it_and_all_after_anew(engine: Engine) -> None:
@@ -131,16 +182,16 @@ async def test_unknown_runs_and_steps_are_told(engine: Engine) -> None:
 
 async def test_kept_idempotency_keys_and_no_copied_compensation(engine: Engine) -> None:
     calls: Counter[str] = Counter()
-    broken = {"charge": True}
+    broken = {"charge": False}
     register_order(engine, calls, broken)
     async with engine:
         original = await engine.start("order", {"n": 6})
-        await _failed(engine, original)
-        assert calls["undo"] == 1  # the original compensated its reservation
-        kept = await engine.fork(original, keep_idempotency_keys=True)
-        await _failed(engine, kept)  # still broken: the fork fails the same way
+        assert await engine.result(original, timeout=10) == ["r-6", "i-6", "c-6"]
+        broken["charge"] = True
+        kept = await engine.fork(original, from_step="charge", keep_idempotency_keys=True)
+        await _failed(engine, kept)  # broken now: the fork fails
         # The fork's failure undoes nothing it copied: "reserve" is the original's.
-        assert calls["undo"] == 1
+        assert calls["undo"] == 0 and calls["reserve"] == 1
         charge_keys = [k for k in calls if k.startswith("key:charge:")]
         assert len(charge_keys) == 1 and calls[charge_keys[0]] == 2
 

@@ -44,6 +44,8 @@ LAYERS: list[set[str]] = [
     {"codecs.sealed_store"},
     {"codecs"},
     {
+        "run.mismatch",
+        "fleet.schemas",
         "run.keys",
         "run.journal_room",
         "common.periodic",

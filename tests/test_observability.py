@@ -14,7 +14,13 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from engine_core import Engine, TraceIdFilter, WorkflowContext, current_step
+from engine_core import (
+    Engine,
+    TraceIdFilter,
+    WorkflowContext,
+    WorkflowRunFailedError,
+    current_step,
+)
 from engine_core.records import RunRecord, StepRecord
 from engine_core.tracing import parse_traceparent
 
@@ -209,3 +215,48 @@ async def test_the_recovered_attempt_is_in_the_same_trace(
         ("fragile", 2),
     ]
     assert len({s.context.trace_id for s in mine}) == 1
+
+
+async def test_user_lines_in_steps_compensations_and_jobs_carry_their_context(
+    engine: Engine, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A line logged by a step's code names the run, its trace, its workflow and the
+    step; so does a line of a compensation, and of a dispatched step."""
+    logger = logging.getLogger("user.code")
+
+    def charge() -> str:
+        logger.warning("charging")
+        return "ch-1"
+
+    def refund(charge_id: str) -> None:
+        logger.warning("refunding %s", charge_id)
+
+    def pack() -> None:
+        raise RuntimeError("out of boxes")
+
+    @engine.step_function("notify")
+    async def notify(payload: Any) -> None:
+        logger.warning("notifying")
+
+    @engine.workflow("order")
+    async def order(ctx: WorkflowContext, data: Any) -> None:
+        await ctx.step("charge", charge, compensate=refund)
+        await ctx.dispatch("tell", "notify", {})
+        await ctx.step("pack", pack)
+
+    caplog.handler.addFilter(TraceIdFilter())
+    async with engine:
+        run_id = await engine.start("order")
+        with pytest.raises(WorkflowRunFailedError):
+            await engine.result(run_id, timeout=10)
+    trace = (await engine.status(run_id)).trace_id
+    seen = {
+        r.getMessage(): (r.run_id, r.trace_id, r.workflow, r.step)  # type: ignore[attr-defined]
+        for r in caplog.records
+        if r.name == "user.code"
+    }
+    assert seen == {
+        "charging": (run_id, trace, "order", "charge"),
+        "notifying": (run_id, trace, "order", "tell"),
+        "refunding ch-1": (run_id, trace, "order", "compensate:charge"),
+    }

@@ -63,7 +63,9 @@ async def test_new_runs_take_the_patch_and_keep_it_on_every_replay(engine: Engin
         await engine.send_event(run_id, "begin", None)
         await _parked(engine, run_id, "end")
         st = await engine.status(run_id)
-        assert st.steps["patched:ship-first"].status == "succeeded"  # the marker
+        # The marker is shown apart, as a patch the run took, never as a step.
+        assert st.patches == ["ship-first"]
+        assert list(st.steps) == ["begin", "ship", "charge", "end"]
         await engine.send_event(run_id, "end", None)
         assert await engine.result(run_id, timeout=10) == ["shipped", "charged", True]
         assert shop.ran == ["ship", "charge"]
@@ -83,7 +85,7 @@ async def test_a_run_past_the_patch_point_on_old_code_keeps_the_old_path(
         # The run had charged: patched() is False (and stays False later in the pass).
         assert await engine.result(run_id, timeout=10) == ["charged", False]
         assert shop.ran == ["charge"]
-        assert "patched:ship-first" not in (await engine.status(run_id)).steps
+        assert (await engine.status(run_id)).patches == []
 
 
 async def test_a_run_that_had_not_reached_the_patch_point_takes_it(engine: Engine) -> None:

@@ -52,8 +52,8 @@ async def test_recovery_wakes_an_overdue_sleep_and_reports_it(
         assert await second.result(run_id, timeout=10) == "woke"
 
 
-async def test_a_step_that_kills_its_process_every_time_fails_the_run(engine: Engine) -> None:
-    calls: list[int] = []
+def register_doomed(engine: Engine, calls: list[int], step: str, retries: int) -> None:
+    """``doomed``: one step whose every attempt takes its pass down, recording nothing."""
 
     def dies() -> None:
         calls.append(1)
@@ -61,7 +61,12 @@ async def test_a_step_that_kills_its_process_every_time_fails_the_run(engine: En
 
     @engine.workflow("doomed")
     async def doomed(ctx: WorkflowContext, data: Any) -> None:
-        await ctx.step("fatal", dies, retries=2)
+        await ctx.step(step, dies, retries=retries)
+
+
+async def test_a_step_that_kills_its_process_every_time_fails_the_run(engine: Engine) -> None:
+    calls: list[int] = []
+    register_doomed(engine, calls, "fatal", retries=2)
 
     run_id = await engine.start("doomed")
     for _ in range(10):
@@ -143,3 +148,30 @@ async def test_leaving_async_with_lets_running_steps_finish(
         assert await second.result(run_id, timeout=10) == ["slow-done", "next-done"]
     assert ran == ["slow", "next"]
     assert (await second.status(run_id)).steps["slow"].attempts == 1
+
+
+async def test_a_lost_attempt_of_a_step_without_retries_fails_the_run_saying_why(
+    engine: Engine, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``retries=0`` (the default): the one attempt died with its process, so the run
+    fails, and its error says so plainly and what to change."""
+    calls: list[int] = []
+    register_doomed(engine, calls, "pack", retries=0)
+    run_id = await engine.start("doomed")
+    with pytest.raises(asyncio.CancelledError):
+        await engine.drive(run_id)
+    await engine.store.request_pass(run_id)
+    with caplog.at_level("WARNING", logger="engine_core"):
+        await engine.drive(run_id)
+    said = (
+        "attempt 1 was lost with its process; the step allows no retries: "
+        "set retries= to let another worker take it over"
+    )
+    with pytest.raises(WorkflowRunFailedError, match=said):
+        await engine.result(run_id, timeout=1)
+    assert len(calls) == 1
+    status = await engine.status(run_id)
+    assert status.error is not None and status.error["error_type"] == "WorkerLost"
+    [line] = [r for r in caplog.records if "lost with its process" in r.getMessage()]
+    assert said in line.getMessage()
+    assert (line.run_id, line.workflow, line.step) == (run_id, "doomed", "pack")  # type: ignore[attr-defined]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pydantic
 import pytest
 
 from engine_core import Engine, ReplayReport, WorkflowContext, WorkflowNotRegisteredError
@@ -147,3 +148,52 @@ async def test_replay_check_reads_and_replays_a_few_runs_at_a_time_reporting_in_
     assert [d.run_id for d in report.diverged] == moved
     assert all(d.step == "ship" and "new step 'charge'" in d.found for d in report.diverged)
     assert await _contents(store) == before
+
+
+class ChargeV1(pydantic.BaseModel):
+    charge_id: str
+
+
+class ChargeV2(pydantic.BaseModel):
+    charge_id: str
+    currency: str  # a required field added by a later deploy
+
+
+def charge_v1() -> ChargeV1:
+    return ChargeV1(charge_id="ch-1")
+
+
+def charge_v2() -> ChargeV2:
+    return ChargeV2(charge_id="ch-1", currency="EUR")
+
+
+charge_v2.__qualname__ = charge_v1.__qualname__  # the same step function, changed
+
+
+async def test_a_stored_value_that_no_longer_fits_its_model_is_listed_not_raised(
+    make_engine: Any,
+) -> None:
+    """A required field added to a step's result model: the run whose recorded result
+    lacks it is listed as diverging at that step (the reason says why), and the check
+    goes on with the other runs instead of raising."""
+    old, new = make_engine(), make_engine()
+    for engine, fn in ((old, charge_v1), (new, charge_v2)):
+
+        @engine.workflow("order")
+        async def order(ctx: WorkflowContext, data: Any, fn: Any = fn) -> str:
+            charged = await ctx.step("charge", fn)
+            await ctx.wait_for_event("go")
+            return str(charged.charge_id)
+
+    async with old:
+        stale = await old.start("order", run_id="stale")
+        await _wait_parked(old, [stale])
+    fresh = await new.start("order", run_id="fresh")
+    await new.drive(fresh)
+    report = await new.replay_check(workflow="order")
+    assert report.checked == 2
+    [found] = report.diverged
+    assert (found.run_id, found.step) == ("stale", "charge")
+    assert found.reason == "value no longer fits the declared type"
+    assert "ChargeV2" in found.found and "currency" in found.found
+    assert "charge_id" in found.recorded

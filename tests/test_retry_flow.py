@@ -140,10 +140,11 @@ async def test_a_retried_queued_run_keeps_its_deadline_while_it_waits(engine: En
     register_flaky(engine, broken)
     engine.queue("one", concurrency=1)
     async with engine:
-        run_id = await engine.start("flaky", queue="one", deadline="600ms")
+        # Long enough for the run to fail first on a loaded machine.
+        run_id = await engine.start("flaky", queue="one", deadline="3s")
         await _failed(engine, run_id)
         blocker = await engine.start("wait", queue="one")
-        await asyncio.sleep(0.8)  # past the deadline it was started with
+        await asyncio.sleep(3.2)  # past the deadline it was started with
         broken["on"] = False
         await engine.retry(run_id)
         assert (await engine.status(run_id)).status == "queued"

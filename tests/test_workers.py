@@ -82,12 +82,16 @@ async def test_the_record_is_refreshed_with_one_write_per_interval(
         await put(record)
 
     monkeypatch.setattr(worker.store, "put_worker", counted)
+    loop = asyncio.get_running_loop()
+    began = loop.time()
     async with worker:
         first = (await worker.list_workers())[0].last_seen
-        await asyncio.sleep(0.55)
+        while writes < 5:  # refreshed again and again (a loaded machine takes longer)
+            assert loop.time() - began < 30, writes
+            await asyncio.sleep(0.05)
         assert (await worker.list_workers())[0].last_seen > first
-    # One at start, then one per interval: 0.55 s / 0.1 s.
-    assert 4 <= writes <= 8
+    # One at start, then at most one per interval, however slow the machine.
+    assert writes <= 2 + (loop.time() - began) / registry.REFRESH_S
     assert registry.REFRESH_S * 4 <= registry.EXPIRES_AFTER_S <= 30
 
 

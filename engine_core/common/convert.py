@@ -308,3 +308,16 @@ def declared_parameter(fn: Any, index: int) -> Any:
     """The type of ``fn``'s positional parameter ``index``, or None."""
     parameters = _declared(fn).parameters
     return parameters[index] if index < len(parameters) else None
+
+
+def json_schema_of(declared: Any) -> dict[str, Any] | None:
+    """The JSON Schema of the values ``declared`` takes (pydantic's, in validation
+    mode), or None: nothing declared, pydantic not installed, or a type it cannot
+    describe."""
+    if pydantic is None or declared is None or declared in _UNDECLARED:
+        return None
+    try:
+        schema = pydantic.TypeAdapter(declared).json_schema()
+    except Exception:  # a type pydantic cannot describe: no schema, the worker checks
+        return None
+    return schema if isinstance(schema, dict) else None

@@ -67,10 +67,12 @@ def run_started(run: RunRecord) -> None:
         return
     where = f" on queue {run.queue!r}" if run.queue is not None else ""
     parent = f" (child of run {run.parent_run_id})" if run.parent_run_id else ""
+    version = f" version {run.version!r}" if run.version is not None else ""
     log.info(
-        "run %s of workflow %r started%s%s",
+        "run %s of workflow %r%s started%s%s",
         run.run_id,
         run.workflow,
+        version,
         where,
         parent,
         extra=run_fields(run),

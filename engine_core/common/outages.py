@@ -3,7 +3,11 @@
 A store that is away is not a workflow's failure: passes, workers and recovery wait
 for it and carry on where they stopped. One line is logged when an outage starts
 (WARNING) and one when it ends (INFO), however many calls failed in between, each
-with the error's one-line summary.
+with the error's one-line summary. A server that is killed or frozen may raise nothing
+for a while (the driver waits for it inside the call): a call that watches for that
+(:meth:`Outages.watch`: a worker's registry refresh every few seconds, a client's
+calls) marks the outage begun once it has had no answer for :data:`SLOW_S` seconds, so
+every process that waits an outage out logs it.
 """
 
 from __future__ import annotations
@@ -24,6 +28,9 @@ _T = TypeVar("_T")
 #: Waits between tries: from the first to the last, doubling.
 FIRST_WAIT_S = 0.1
 LAST_WAIT_S = 5.0
+#: A small command (a worker's registry refresh, a client's call) with no answer for
+#: this long means the store is away, though the driver raises nothing yet.
+SLOW_S = 5.0
 
 
 class StoreDown(BaseException):
@@ -68,6 +75,31 @@ class Outages:
                 extra=fields(None),
             )
 
+    def unanswered(self, began: float) -> None:
+        """A store call made at ``began`` (monotonic) has had no answer for
+        :data:`SLOW_S` seconds: an outage (a server killed or frozen) that the driver
+        waits out inside the call, raising nothing yet; logged as one begins."""
+        if self._since is None:
+            self._since = began
+            self._first_error = f"no answer for {time.monotonic() - began:.0f} s"
+            log.warning(
+                "the store has not answered for %.0f s; waiting for it",
+                time.monotonic() - began,
+                extra=fields(None),
+            )
+
+    async def watch(self, call: Awaitable[_T]) -> _T:
+        """``await call``; if it has not answered within :data:`SLOW_S` seconds, an
+        outage begins (:meth:`unanswered`), and ends when it answers."""
+        began = time.monotonic()
+        timer = asyncio.get_running_loop().call_later(SLOW_S, self.unanswered, began)
+        try:
+            result = await call
+        finally:
+            timer.cancel()
+        self.back()
+        return result
+
     def back(self) -> None:
         """A call succeeded: an outage in progress ends (logged, with how long it lasted)."""
         if self._since is not None:
@@ -82,21 +114,27 @@ class Outages:
             self._failures = 0
             self._back_at = time.monotonic()
 
-    async def call(self, fn: Callable[[], Awaitable[_T]], *, timeout: float | None = None) -> _T:
+    async def call(
+        self,
+        fn: Callable[[], Awaitable[_T]],
+        *,
+        timeout: float | None = None,
+        watched: bool = False,
+    ) -> _T:
         """``await fn()``, again and again while the store is unavailable, waiting more
         between tries; past ``timeout`` seconds of outage, the last
-        :class:`StoreUnavailableError`."""
+        :class:`StoreUnavailableError`. ``watched``: each try is :meth:`watch`-ed."""
         began = time.monotonic()
         wait = FIRST_WAIT_S
         while True:
             try:
                 if timeout is None:
-                    result = await fn()
+                    result = await (self.watch(fn()) if watched else fn())
                 else:
                     left = max(0.001, timeout - (time.monotonic() - began))
                     try:
                         async with asyncio.timeout(left):
-                            result = await fn()
+                            result = await (self.watch(fn()) if watched else fn())
                     except TimeoutError:
                         raise StoreUnavailableError(
                             f"the store did not answer within {timeout:g} s"

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from engine_core.common.journal import merged_steps
-from engine_core.records import ACTIVE, TERMINAL, RunRecord, StepRecord
+from engine_core.records import ACTIVE, PATCH_PREFIX, TERMINAL, RunRecord, StepRecord
 from engine_core.tracing import trace_id_of
 
 
@@ -62,6 +62,9 @@ class RunStatus:
     #: How many forks were made of this run (``engine.status`` counts them; a listing
     #: leaves 0). ``engine.list_forks`` lists them.
     forks: int = 0
+    #: The patches the run took (``ctx.patched`` returned True and left a marker), by
+    #: id, in the order it reached them; the markers are not steps.
+    patches: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -96,8 +99,12 @@ def fold_status(run: RunRecord, steps: list[StepRecord] | None) -> RunStatus:
     """The run's status from its record and its step records (and its journal);
     ``steps=None`` (a listing): without steps, since the journal alone is a part."""
     folded: dict[str, StepStatus] = {}
+    patches: list[str] = []
     ended = run.status in TERMINAL
     for step in sorted(merged_steps(run, steps) if steps is not None else [], key=_first_seen):
+        if step.kind == "patch":
+            patches.append(step.key.removeprefix(PATCH_PREFIX))
+            continue
         state: str = step.status
         waiting = _waiting_for(step)
         if ended and state not in ("succeeded", "failed"):
@@ -138,6 +145,7 @@ def fold_status(run: RunRecord, steps: list[StepRecord] | None) -> RunStatus:
         deadline_at=run.deadline_at,
         version=run.version,
         forked_from=dict(run.forked_from) if run.forked_from else None,
+        patches=patches,
     )
 
 
@@ -209,3 +217,18 @@ class ReplayReport:
 
     checked: int
     diverged: list[Divergence] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ForkPlan:
+    """What ``engine.fork(run_id, from_step=...)`` would make of the run: the step it
+    runs anew from, the steps it copies (their recorded results reused, never run
+    again) and the steps that run again, each by key in the order the run first
+    started them. ``compensated``: of those that run again before ``from_step``, the
+    ones whose compensation ran in the original (their effect was undone)."""
+
+    run_id: str
+    from_step: str
+    copied: list[str]
+    run_again: list[str]
+    compensated: list[str] = field(default_factory=list)

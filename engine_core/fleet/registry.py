@@ -15,8 +15,9 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
 from engine_core.common.outages import Outages
 from engine_core.common.periodic import Periodic
@@ -65,8 +66,10 @@ class Registry:
         return worker
 
     async def refresh(self) -> None:
-        """Write this process's record again (1 write)."""
-        await self._store.put_worker(self.record())
+        """Write this process's record again (1 write). A small write every few seconds:
+        one with no answer means the store is away (a killed or frozen server raises
+        nothing for a while), logged as an outage."""
+        await self._outages.watch(self._store.put_worker(self.record()))
 
     async def start(self) -> None:
         """Write the record now (so a client sees this worker as soon as it serves),
@@ -103,15 +106,20 @@ def describe(
     queues: dict[str, dict[str, object]],
     concurrency: int,
     slots_used: int,
-    versions: Sequence[str] = (),
+    versions: Mapping[str, str | None] | None = None,
+    *,
+    pinned: bool = False,
+    input_schemas: dict[str, dict[str, Any]] | None = None,
 ) -> Worker:
-    """A record of this process (times filled in by :meth:`Registry.record`)."""
+    """A record of this process (times filled in by :meth:`Registry.record`);
+    ``versions``: each workflow's version label (None: registered without one)."""
     epoch = datetime.fromtimestamp(0).astimezone()
+    labels = {w: v for w, v in (versions or {}).items() if v is not None}
     return Worker(
         instance_id=instance_id,
         host=socket.gethostname(),
         pid=os.getpid(),
-        versions=sorted(set(versions)),
+        versions=sorted(set(labels.values())),
         workflows=sorted(workflows),
         step_functions=sorted(step_functions),
         queues=queues,
@@ -120,6 +128,33 @@ def describe(
         expires_at=epoch,
         concurrency=concurrency,
         slots_used=slots_used,
+        pinned=pinned,
+        workflow_versions=labels,
+        input_schemas=dict(input_schemas or {}),
+    )
+
+
+def drives(worker: Worker, workflow: str, version: str | None) -> bool:
+    """Whether ``worker`` drives runs of ``workflow`` started with ``version``: it
+    registers the workflow and, when it pins versions, that version."""
+    if workflow not in worker.workflows:
+        return False
+    return not worker.pinned or worker.workflow_versions.get(workflow) == version
+
+
+def why_undriven(workflow: str, version: str | None, workers: Sequence[Worker]) -> str | None:
+    """Why no live worker will drive a run of ``workflow`` started with ``version``, in
+    words; None when one will."""
+    serving = [w for w in workers if workflow in w.workflows]
+    if any(drives(w, workflow, version) for w in serving):
+        return None
+    if not serving:
+        return f"no live worker registers workflow {workflow!r}"
+    served = sorted({str(w.workflow_versions.get(workflow)) for w in serving})
+    label = "no version" if version is None else f"version {version!r}"
+    return (
+        f"no live worker drives {label} of workflow {workflow!r}: the workers that "
+        f"register it pin versions and serve {', '.join(served)}"
     )
 
 
@@ -131,6 +166,8 @@ class FleetView:
         self._store = store
         self._workers: list[Worker] = []
         self._read_at: float | None = None
+        self._queues: dict[str, dict[str, Any]] = {}
+        self._queues_read_at: float | None = None
 
     async def workers(self, *, fresh: bool = False) -> list[Worker]:
         """The live workers, read again when the last read is older than ``VIEW_KEPT_S`` (or
@@ -141,13 +178,33 @@ class FleetView:
             self._read_at = time.monotonic()
         return self._workers
 
-    async def check_served(self, workflow: str, local: Sequence[str]) -> None:
-        """Raise :class:`WorkflowNotRegisteredError` unless a live worker registers
-        ``workflow`` (read again once when the cached view does not have it)."""
+    async def queue_limits(self, name: str) -> dict[str, Any] | None:
+        """The limits of queue ``name`` as the store keeps them (declared by some
+        process) or a live worker declares them; None when neither knows it (read
+        again once when the cached view does not have it)."""
         for fresh in (False, True):
-            served = {w for worker in await self.workers(fresh=fresh) for w in worker.workflows}
-            if workflow in served:
-                return
+            now = time.monotonic()
+            if fresh or self._queues_read_at is None or now - self._queues_read_at > VIEW_KEPT_S:
+                self._queues = await self._store.list_queue_limits()
+                self._queues_read_at = time.monotonic()
+            if name in self._queues:
+                return self._queues[name]
+            for worker in await self.workers(fresh=fresh):
+                if name in worker.queues:
+                    return worker.queues[name]
+        return None
+
+    async def serving(self, workflow: str, local: Sequence[str]) -> Worker:
+        """The live worker a client's start of ``workflow`` by name follows (its version
+        and input schema): of the workers that register it, the one that started last.
+        Raises :class:`WorkflowNotRegisteredError` when none does (read again once
+        when the cached view has none)."""
+        for fresh in (False, True):
+            workers = await self.workers(fresh=fresh)
+            serving = [w for w in workers if workflow in w.workflows]
+            if serving:
+                return max(serving, key=lambda w: (w.started_at, w.instance_id))
+        served = {w for worker in workers for w in worker.workflows}
         raise WorkflowNotRegisteredError(
             f"no workflow named {workflow!r} is registered on this engine or on any live "
             f"worker (registered here: {sorted(local) or 'none'}; "

@@ -1,8 +1,10 @@
 """Waiting for runs to end: a future per waiting call, never a read per waiter per end.
 
 A run that ends in this process wakes its waiters directly. Runs that end elsewhere are
-found by one shared query for every awaited run that this process is not driving: at
-once for new waiters (batched with every other waiter that arrived meanwhile), then with
+found by one shared query for every awaited run that this process is not driving (and
+for the runs it drives once they have been awaited for a second: one stopped from
+another process while its step runs here ends its waits at once): at once for new
+waiters (batched with every other waiter that arrived meanwhile), then with
 a backoff while nothing ends, or sooner when :meth:`RunWaiters.hint` says something may
 have ended. While the store does not answer, a waiter is told
 :class:`StoreUnavailableError` once the reads have failed for ``store_timeout`` seconds
@@ -16,6 +18,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from engine_core.common.outages import Outages
 from engine_core.common.tasks import wait_event
 from engine_core.errors import RunNotFoundError, StoreUnavailableError
 from engine_core.records import TERMINAL, RunRecord
@@ -25,16 +28,24 @@ log = logging.getLogger("engine_core")
 
 POLL_MIN_S = 0.01
 POLL_MAX_S = 1.0
+#: A run driven here is read with the others once it has been awaited this long.
+LOCAL_AFTER_S = 1.0
 
 
 class RunWaiters:
     """Futures for runs to end, keyed by run id."""
 
     def __init__(
-        self, store: Store, local: Callable[[str], bool], store_timeout: float = 30.0
+        self,
+        store: Store,
+        local: Callable[[str], bool],
+        store_timeout: float = 30.0,
+        outages: Outages | None = None,
     ) -> None:
         self.store = store
         self.store_timeout = store_timeout
+        #: Where an outage the reads meet is logged (once, with the process's others).
+        self._outages = outages or Outages()
         # Runs this process is driving: their end here wakes their waiters, so the
         # shared query leaves them out.
         self._local = local
@@ -96,11 +107,13 @@ class RunWaiters:
             began = time.monotonic()
             try:
                 async with asyncio.timeout(self.store_timeout):
-                    ended = await self._read(new)
+                    ended = await self._outages.watch(self._read(new))
                 self._failing_since = None
             except Exception as exc:
                 # An outage is logged once by the engine's outage lines, not per poll.
                 quiet = isinstance(exc, StoreUnavailableError | TimeoutError)
+                if quiet:
+                    self._outages.failed(exc)
                 level = logging.DEBUG if quiet else logging.WARNING
                 log.log(level, "could not read the runs being waited for: %s", exc)
                 ended = []
@@ -127,12 +140,22 @@ class RunWaiters:
             for run_id in new - found.keys():
                 self._fail(run_id, RunNotFoundError(f"no run has id {run_id!r}"))
             ended = [r for r in found.values() if r.status in TERMINAL]
-            old = {r for r in self._futures if r not in new and not self._local(r)}
         else:
-            ended, old = [], {r for r in self._futures if not self._local(r)}
+            ended = []
+        old = {r for r in self._futures if r not in new and self._polled(r)}
         if old:
             ended += await self.store.get_runs(sorted(old), status_in=sorted(TERMINAL))
         return ended
+
+    def _polled(self, run_id: str) -> bool:
+        """Whether the shared query reads ``run_id``: a run driven elsewhere, or one
+        driven here that has been awaited for :data:`LOCAL_AFTER_S` (an operator may
+        have stopped it from another process while its step still runs here, and the
+        drive learns that only when the step ends)."""
+        if not self._local(run_id):
+            return True
+        since = self._since.get(run_id)
+        return since is not None and time.monotonic() - since >= LOCAL_AFTER_S
 
     def _give_up(self, failing_since: float) -> None:
         """Tell each waiter whose last ``store_timeout`` seconds of waiting saw only

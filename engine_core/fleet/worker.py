@@ -31,10 +31,11 @@ from engine_core.run.transitions import (
     job_ended,
     job_returned,
     job_unclaimed,
+    lost_message,
     write,
 )
 from engine_core.store import Store
-from engine_core.tracing import run_log_context
+from engine_core.tracing import current_workflow, run_log_context
 
 log = logging.getLogger("engine_core")
 
@@ -206,22 +207,31 @@ class Worker:
             del self._begun[next(iter(self._begun))]
         self._begun[(job.run_id, job.key)] = job.attempts
 
+    async def _lost_every_time(self, job: StepRecord) -> None:
+        """Every attempt the job was allowed was claimed and lost with its worker: it
+        fails, saying so."""
+        message = lost_message(job.key, job.max_attempts, job.max_attempts)
+        if job.max_attempts > 1:
+            message = f"step {job.key!r} lost its worker on each of its attempts; {message}"
+        where = lifecycle_log.fields(job.run_id, None, job.key, job.traceparent)
+        log.warning("run %s: step %r: %s", job.run_id, job.key, message, extra=where)
+        error = {"type": "WorkerLost", "message": message}
+        await self._record(job, "failed", counted=job.attempts - 1, error=error)
+
     async def _run_job(self, job: StepRecord, *, checked: bool = False) -> None:
         """Run one claimed attempt of a dispatched step and record its outcome, fenced.
         ``checked``: the dispatching pass saw the run still running after the job was
         inserted, so the run need not be read."""
         attempt = job.attempts
         if attempt > job.max_attempts:
-            # Every attempt it was allowed was claimed and lost with its worker.
-            error = {
-                "type": "WorkerLost",
-                "message": f"step {job.key!r} lost its worker on each of its "
-                f"{job.max_attempts} attempt(s)",
-            }
-            await self._record(job, "failed", counted=attempt - 1, error=error)
+            await self._lost_every_time(job)
             return
-        if not checked and not await self._may_run(job):
-            return
+        # A job run for a pass of this process has its run's log context from there.
+        workflow = current_workflow(job.run_id)
+        if not checked:
+            workflow = await self._may_run(job)
+            if workflow is None:
+                return
         function = self.runtime.step_fn(job.function or "")
         assert function is not None, "claims only take jobs of registered step functions"
         started = utcnow()
@@ -237,31 +247,33 @@ class Worker:
             last_heartbeat=await previous_heartbeat(self.store, job.run_id, job.key, attempt),
         )
         try:
-            result = await self._attempt(job, function, info)
+            result = await self._attempt(job, function, info, workflow)
         except Exception as exc:
-            await self._attempt_failed(job, error_info(exc), started=started)
+            await self._attempt_failed(job, error_info(exc), started=started, workflow=workflow)
             return
         await self._record(job, "succeeded", result=result, started_at=started)
 
-    async def _may_run(self, job: StepRecord) -> bool:
-        """Whether the job's run is still running. The claim cannot see the run: a job
-        inserted while a cancel or suspend was on its way may be claimable for a moment.
-        Whatever started after a stop returned reads it here; the job goes back on the
-        queue, halted, costing no attempt."""
+    async def _may_run(self, job: StepRecord) -> str | None:
+        """The job's run's workflow if the run is still running, else None. The claim
+        cannot see the run: a job inserted while a cancel or suspend was on its way may
+        be claimable for a moment. Whatever started after a stop returned reads it here;
+        the job goes back on the queue, halted, costing no attempt."""
         run = await self.store.get_run(job.run_id)
         if run is not None and run.status == "running":
-            return True
+            return run.workflow
         # Both through an outage: a job left halted on a run that a resume put back to
         # running would be taken by no worker.
         back = job_returned(job, self.runtime.instance_id)
         outages = self.runtime.outages
         await outages.call(lambda: write(self.store, job.run_id, job.key, back))
         await outages.call(lambda: self.control.reconcile_halt(job.run_id))
-        return False
+        return None
 
-    async def _attempt(self, job: StepRecord, function: StepFn, info: StepInfo) -> Any:
-        """Run the attempt ``info`` of the job, keeping its claim alive meanwhile; its
-        result as it will be stored."""
+    async def _attempt(
+        self, job: StepRecord, function: StepFn, info: StepInfo, workflow: str | None
+    ) -> Any:
+        """Run the attempt ``info`` of the job (of a run of ``workflow``, when known),
+        keeping its claim alive meanwhile; its result as it will be stored."""
 
         async def renew() -> bool:
             return await self.store.extend_claim(
@@ -282,9 +294,9 @@ class Worker:
             renew,
             self.runtime.config.lease_ttl,
             f"the claim on step {job.key!r} of run {job.run_id}",
-            lifecycle_log.fields(job.run_id, None, job.key, job.traceparent),
+            lifecycle_log.fields(job.run_id, workflow, job.key, job.traceparent),
         ):
-            with run_log_context(job.run_id, job.traceparent):
+            with run_log_context(job.run_id, job.traceparent, workflow):
                 result = await run_attempt(
                     info,
                     lambda: function(from_json(job.payload, declared_parameter(function, 0))),
@@ -301,7 +313,12 @@ class Worker:
         return result
 
     async def _attempt_failed(
-        self, job: StepRecord, error: dict[str, Any], *, started: datetime
+        self,
+        job: StepRecord,
+        error: dict[str, Any],
+        *,
+        started: datetime,
+        workflow: str | None = None,
     ) -> None:
         """Record a failed attempt: scheduled again after its retry delay while it has
         attempts left (a timer here wakes the worker then), else failed for good."""
@@ -311,7 +328,7 @@ class Worker:
             return
         wait = retry_delay_seconds(job.retry_delay or 0, attempt, random.random())
         lifecycle_log.attempt_will_retry(
-            job.run_id, None, job.key, job.traceparent, attempt, job.max_attempts, error, wait
+            job.run_id, workflow, job.key, job.traceparent, attempt, job.max_attempts, error, wait
         )
         due = utcnow() + timedelta(seconds=wait)
         if await self._record(job, "scheduled", error=error, due_at=due, started_at=started):

@@ -22,7 +22,8 @@ def limits_doc(limits: QueueLimits) -> dict[str, Any]:
     }
 
 
-def _limits_of(name: str, doc: dict[str, Any]) -> QueueLimits:
+def limits_of(name: str, doc: dict[str, Any]) -> QueueLimits:
+    """A queue's limits as the store (or a worker's record) keeps them."""
     rate = doc.get("rate")
     return QueueLimits(
         name,
@@ -53,7 +54,7 @@ async def queue_figures(store: Store, declared: Mapping[str, QueueLimits]) -> li
     stored = await store.list_queue_limits()
     names = sorted(set(declared) | set(stored) | set(await store.queue_names()))
     for name in names:
-        limits = declared.get(name) or _limits_of(name, stored.get(name, {}))
+        limits = declared.get(name) or limits_of(name, stored.get(name, {}))
         counts = await store.count_queue(name)
         state = await store.get_queue_state(name)
         minute = int(utcnow().timestamp() // 60)

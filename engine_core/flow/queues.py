@@ -100,8 +100,9 @@ def declared(queues: Mapping[str, QueueLimits], name: object) -> QueueLimits:
     if limits is None:
         raise QueueNotDeclaredError(
             f"queue {name!r} is not declared on this engine (declared: "
-            f"{sorted(queues) or 'none'}); call engine.queue({name!r}, ...) first, the "
-            "same way in every process that starts or drives its runs"
+            f"{sorted(queues) or 'none'}) nor by any process of the fleet (no limits "
+            f"stored, no live worker declares it); call engine.queue({name!r}, ...) in "
+            "the processes that drive its runs"
         )
     return limits
 

@@ -21,6 +21,7 @@ from engine_core.common.runtime import EngineConfig, JobSlot, StepFn, WorkflowFn
 from engine_core.common.tasks import abandon
 from engine_core.fleet.recovery import WorkflowRecovery
 from engine_core.fleet.registry import FleetView, Registry, describe
+from engine_core.fleet.schemas import input_schemas
 from engine_core.fleet.timers import Timers
 from engine_core.fleet.waiters import RunWaiters
 from engine_core.fleet.worker import Worker
@@ -87,6 +88,7 @@ class Host:
             store,
             local=lambda run_id: self.driver.driving(run_id),
             store_timeout=config.store_timeout,
+            outages=self._outages,
         )
         self._serving = False
         self._closing = False
@@ -103,6 +105,7 @@ class Host:
         self.registry: Registry | None = None
         self.fleet = FleetView(store)
         self._uncount_slots: Callable[[], None] = lambda: None
+        self._input_schemas: dict[str, dict[str, Any]] = {}
 
     # ---- lifecycle ---------------------------------------------------------------
 
@@ -110,6 +113,7 @@ class Host:
         """Initialise the store and start this process's worker and recovery."""
         await self.store.init()
         self._serving = True
+        self._input_schemas = input_schemas(self.workflows)  # the code does not change
         self.registry = Registry(self.store, self._outages, self._instance_id, self.describe)
         await self.registry.start()
         self._uncount_slots = metrics.count_slots(self.slots_used)
@@ -182,7 +186,9 @@ class Host:
             {name: queue_limits(limits) for name, limits in self._queues.items()},
             self._config.concurrency,
             self.slots_used(),
-            [v for v in self._versions.values() if v is not None],
+            self._versions,
+            pinned=self._pin_versions,
+            input_schemas=self._input_schemas,
         )
 
     # ---- what this process serves --------------------------------------------------

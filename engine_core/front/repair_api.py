@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from engine_core.common.status import ForkPlan
 from engine_core.common.values import (
     check_moment,
     check_name,
@@ -22,7 +23,7 @@ from engine_core.front.starting import announce, check_input
 from engine_core.records import STOPPABLE, RunRecord, utcnow
 from engine_core.run.bulk import BulkReport, RunFilter, act_on_many
 from engine_core.run.control import RunControl
-from engine_core.run.fork import UNCHANGED, plan_fork
+from engine_core.run.fork import UNCHANGED, describe_fork, plan_fork
 
 _T = TypeVar("_T")
 #: The most fork ids ``list_forks`` returns (and ``RunStatus.forks`` counts).
@@ -106,6 +107,21 @@ class RepairApi:
         await announce(host, fork)
         return fork_id
 
+    async def fork_plan(self, run_id: str, *, from_step: str | None = None) -> ForkPlan:
+        """What :meth:`fork` with ``from_step`` would do, changing nothing: the step it
+        runs anew from, the steps it copies and those that run again (a step whose
+        compensation ran is never copied). Raises as :meth:`fork` does."""
+        check_run_id(run_id)
+        if from_step is not None:
+            check_name(from_step, "step key")
+
+        async def plan() -> ForkPlan:
+            run = await self._control.get(run_id)
+            stored = await self._host.store.load_steps(run_id)
+            return describe_fork(run, stored, from_step=from_step)
+
+        return await self._call(plan)
+
     async def list_forks(self, run_id: str) -> list[str]:
         """The ids of the runs forked from this run, oldest first (at most 10,000)."""
         check_run_id(run_id)
@@ -184,12 +200,19 @@ class RepairApi:
         self,
         *,
         workflow: str | None = None,
+        status: str | None = None,
         created_since: datetime | None = None,
         created_before: datetime | None = None,
         error_type: str | None = None,
         dry_run: bool = False,
     ) -> BulkReport:
-        """:meth:`retry` every ``failed`` run the filter matches (as :meth:`fork_many`)."""
+        """:meth:`retry` every ``failed`` run the filter matches (as :meth:`fork_many`;
+        ``status``, when given, must be ``"failed"``: only a failed run can be retried)."""
+        if status is not None and status != "failed":
+            raise ValueError(
+                f"a {status} run cannot be retried: retry_many takes failed runs "
+                "(pass status='failed', or no status)"
+            )
         where = _filter(workflow, "failed", created_since, created_before, error_type)
 
         async def act(run: RunRecord) -> str | None:

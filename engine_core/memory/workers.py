@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from engine_core.memory.cloning import clone
 from engine_core.records import Worker, utcnow
 
 
@@ -39,4 +40,6 @@ def _copy(worker: Worker) -> Worker:
         workflows=list(worker.workflows),
         step_functions=list(worker.step_functions),
         queues={k: dict(v) for k, v in worker.queues.items()},
+        workflow_versions=dict(worker.workflow_versions),
+        input_schemas=clone(worker.input_schemas),
     )

@@ -130,7 +130,7 @@ class Branch:
         self._batch = 0
         self._batch_live = 0
         self._called = False  # a call of its own since its batch began
-        self._own_calls = 0  # calls its own task made so far
+        self._own_calls = 0  # steps its own task reached so far
         #: Where it was made (``StepRecord.made_after``): None for the body itself.
         self.made_after: str | None = None
         self._counts: dict[str, int] = {}
@@ -294,6 +294,10 @@ class StepNames:
             self._plain[name] = seen + 1
             return Call(step_key(name, seen, self.scheme))
         branch, task, named = here(self.root)
+        # Only steps count where a branch is made: a call that records nothing (a patch
+        # check, a stream write) may come and go between deploys.
+        if named:
+            branch._own_calls += 1
         names = branch.names
         try:
             n = names.ordinal(name, task, named)
@@ -349,7 +353,6 @@ class StepNames:
             return None
         branch._busy += 1
         branch._called = True
-        branch._own_calls += 1
         return branch
 
 

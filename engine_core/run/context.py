@@ -15,30 +15,13 @@ from typing import (
     overload,
 )
 
-from engine_core.common.convert import declared_return, from_json
+from engine_core.common.convert import declared_return
 from engine_core.common.durations import Duration
 from engine_core.common.outages import StoreDown
 from engine_core.common.values import check_name
 from engine_core.errors import StoreUnavailableError
 from engine_core.run.branches import StepNames, mark_call
-
-
-class ValueMismatch(BaseException):
-    """A recorded value does not fit the type the code now declares for it: the run is
-    suspended with the error, as a divergence is (a ``BaseException``: a workflow body's
-    ``except Exception`` must not take it for its own failure)."""
-
-    def __init__(self, what: str, declared: Any, exc: BaseException) -> None:
-        name = getattr(declared, "__name__", str(declared))
-        super().__init__(f"{what} does not fit the type the code declares ({name}): {exc}")
-
-
-def as_declared(value: Any, declared: Any, what: str) -> Any:
-    """``value`` as recorded, given as the ``declared`` type (:class:`ValueMismatch`)."""
-    try:
-        return from_json(value, declared)
-    except (ValueError, TypeError) as exc:
-        raise ValueMismatch(what, declared, exc) from exc
+from engine_core.run.mismatch import as_declared
 
 
 class StepRunner(Protocol):
@@ -281,7 +264,7 @@ class WorkflowContext:
             kwargs=kwargs,
             declared=declared,
         )
-        return as_declared(result, declared, f"the result of step {name!r}")
+        return as_declared(result, declared, f"the result of step {name!r}", step=name)
 
     @overload
     async def dispatch(
@@ -355,7 +338,7 @@ class WorkflowContext:
             name, function, payload, retries=retries, retry_delay=retry_delay, timeout=timeout
         )
         declared = returns if returns is not None else declared_return(fn)
-        return as_declared(result, declared, f"the result of step {name!r}")
+        return as_declared(result, declared, f"the result of step {name!r}", step=name)
 
     def _resolve(
         self, kind: Literal["workflow", "step function"], target: str | Callable[..., Any]
@@ -392,7 +375,7 @@ class WorkflowContext:
         payload = await self._pass.event_step(name, timeout)
         if payload is None:
             return None
-        return as_declared(payload, returns, f"the payload of event {name!r}")
+        return as_declared(payload, returns, f"the payload of event {name!r}", step=name)
 
     @overload
     async def child(
@@ -433,7 +416,7 @@ class WorkflowContext:
         fn, workflow = self._resolve("workflow", workflow)
         output = await self._pass.child_step(name, workflow, input)
         declared = returns if returns is not None else declared_return(fn)
-        return as_declared(output, declared, f"the output of child step {name!r}")
+        return as_declared(output, declared, f"the output of child step {name!r}", step=name)
 
     @_checkpointed
     async def patched(self, patch_id: str) -> bool:

@@ -100,7 +100,7 @@ def _made(made_after: str | None) -> str:
     """Where a branch was made, as an error tells it."""
     if made_after is None:
         return "by no one (the body itself)"
-    return f"after {made_after.replace('/', ', then ')} call(s) of its makers"
+    return f"after {made_after.replace('/', ', then ')} step(s) of its makers"
 
 
 def describe(kind: str, ran: str | None) -> str:
@@ -305,7 +305,7 @@ class ReplayChecks:
                     f"in a branch made {_made(recorded.made_after)}",
                     f"reached it in a branch made {_made(made_after)}",
                     "the step runs at another place of the body: it was moved "
-                    "before or after a call of the branch that makes its task",
+                    "before or after a step of the branch that makes its task",
                 )
             )
 

@@ -12,8 +12,12 @@ What is copied, by the order in which the original first started its steps:
 Not copied: ``from_step`` and every step started at or after it, every step started
 together with it (the batch of tasks the body created that it ran under: the members of
 one ``asyncio.gather`` are one group, see ``engine_core.run.branches``), unfinished
-steps, and compensations (a copied step is not ``compensable`` in the fork: its effect belongs to
-the original, which compensates it, or not, itself). Steps that run again get new
+steps, every step whose compensation ran in the original (its effect was undone: a
+charge refunded is no charge to ship on, so the fork runs it anew), and compensations
+(a copied step is not ``compensable`` in the fork: its effect belongs to the original,
+which compensates it, or not, itself). A step that runs anew before copied ones takes
+the place it had in the run's order (see ``engine_core.run.divergence``: a step whose
+record is missing), so the fork replays as the original did. Steps that run again get new
 idempotency keys, since they belong to a new run id, unless the fork keeps its
 original's (``keep_idempotency_keys=True``, stored in the run's ``wire``).
 """
@@ -27,9 +31,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 from engine_core.common.journal import merged_steps
+from engine_core.common.status import ForkPlan
 from engine_core.common.values import idempotency_key
 from engine_core.errors import StepNotFoundError
 from engine_core.records import RunRecord, StepRecord, utcnow
+from engine_core.run.keys import compensation_key
 from engine_core.run.reentry import deadline_seconds
 from engine_core.tracing import new_run_traceparent
 
@@ -104,9 +110,17 @@ def choose_from_step(run: RunRecord, steps: Sequence[StepRecord], from_step: str
     return body[0].key if body else ""
 
 
+def compensated(steps: Sequence[StepRecord]) -> set[str]:
+    """The keys of the steps whose compensation ran (began, at least) in the run."""
+    prefix = compensation_key("")
+    return {s.key.removeprefix(prefix) for s in steps if s.kind == "compensation"}
+
+
 def copied_steps(steps: Sequence[StepRecord], from_key: str, fork_id: str) -> list[StepRecord]:
     """The original's steps the fork reuses (see the module docstring), as records of
     ``fork_id``."""
+    undone = compensated(steps)
+    steps = [s for s in steps if s.key not in undone]
     by_key = {s.key: s for s in steps}
     start = by_key.get(from_key)
     limit = None
@@ -208,3 +222,22 @@ def plan_fork(
         keep_idempotency_keys=keep_idempotency_keys,
     )
     return fork, copied_steps(steps, from_key, fork.run_id)
+
+
+def describe_fork(
+    run: RunRecord, stored: Sequence[StepRecord], *, from_step: str | None
+) -> ForkPlan:
+    """What :func:`plan_fork` would do, in words an operator reads before forking."""
+    steps = fork_points(run, stored)
+    from_key = choose_from_step(run, steps, from_step)
+    kept = {s.key for s in copied_steps(steps, from_key, run.run_id)}
+    body = [s.key for s in sorted(steps, key=_first_started) if _is_body(s)]
+    undone = compensated(steps)
+    again = [k for k in body if k not in kept]
+    return ForkPlan(
+        run_id=run.run_id,
+        from_step=from_key,
+        copied=[k for k in body if k in kept],
+        run_again=again,
+        compensated=[k for k in again if k in undone],
+    )

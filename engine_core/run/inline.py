@@ -23,6 +23,7 @@ from engine_core.common.durations import (
     parse_duration,
     retry_delay_seconds,
 )
+from engine_core.common.lifecycle_log import fields
 from engine_core.common.values import check_retries, value_limit
 from engine_core.errors import NotSerializableError, RecordTooLargeError, StepFailedError
 from engine_core.records import StepKind, StepRecord, utcnow
@@ -34,7 +35,7 @@ from engine_core.run.signals import Parked, stored_failure
 from engine_core.run.step_info import StepInfo
 from engine_core.run.streams import AttemptStreams, previous_heartbeat
 from engine_core.run.threads import runs_in_thread
-from engine_core.run.transitions import attempt_ended, attempt_lost
+from engine_core.run.transitions import attempt_ended, attempt_lost, lost_message
 
 
 def check_declared(stored: Any, declared: Any, what: str) -> None:
@@ -136,11 +137,11 @@ async def _take_back_lost(p: PassState, spec: InlineSpec) -> int:
     # that died mid-step.
     exhausted = lost.attempt >= spec.max_attempts
     log.warning(
-        "run %s: step %r attempt %d was lost with its process%s",
+        "run %s: step %r: %s",
         p.run_id,
         key,
-        lost.attempt,
-        "; attempts exhausted" if exhausted else "; running it again",
+        lost_message(key, lost.attempt, spec.max_attempts),
+        extra=fields(p.run_id, p.workflow, key, p.traceparent),
     )
     transition = attempt_lost(
         spec.kind,

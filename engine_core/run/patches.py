@@ -11,12 +11,9 @@ records nothing. ``ctx.deprecate_patch(id)`` records nothing and accepts both.
 from __future__ import annotations
 
 from engine_core.common.values import check_name
-from engine_core.records import StepRecord, utcnow
+from engine_core.records import PATCH_PREFIX, StepRecord, utcnow
 from engine_core.run.pass_state import PassState
 from engine_core.run.transitions import Transition
-
-#: Markers are keyed apart from steps: a step's name has its ``:`` escaped in its key.
-PATCH_PREFIX = "patched:"
 
 
 def check_patch_id(patch_id: object) -> str:

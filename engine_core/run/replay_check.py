@@ -23,8 +23,9 @@ from engine_core.common.values import check_name
 from engine_core.records import RunRecord, StepRecord
 from engine_core.run.body_hooks import running_body
 from engine_core.run.branches import Ambiguous, StepNames
-from engine_core.run.context import WorkflowContext, as_declared
+from engine_core.run.context import WorkflowContext
 from engine_core.run.divergence import Diverged, ReplayChecks, callable_name
+from engine_core.run.mismatch import INPUT_STEP, ValueMismatch, as_declared
 from engine_core.run.patches import check_patch_id, has_marker
 from engine_core.run.signals import stored_failure
 from engine_core.store import Store
@@ -131,19 +132,39 @@ class DryReplay:
         try:
             async with asyncio.timeout(_BODY_TIMEOUT_S):
                 what = f"the input of workflow {self.run.workflow!r}"
-                data = as_declared(self.run.input, declared_parameter(body, 1), what)
+                data = as_declared(
+                    self.run.input, declared_parameter(body, 1), what, step=INPUT_STEP
+                )
                 ctx = WorkflowContext(self)
                 with self.names.body(), running_body(ctx):
                     await body(ctx, data)
+        except ValueMismatch as exc:  # a recorded value the code's types no longer take
+            return Divergence(self.run_id, exc.step, exc.recorded, exc.found, exc.REASON)
         except (Diverged, _EndOfRecord, Exception):
             pass
-        except BaseExceptionGroup:
-            pass
+        except BaseExceptionGroup as group:
+            if (found := _value_mismatch(group)) is not None:
+                return Divergence(
+                    self.run_id, found.step, found.recorded, found.found, found.REASON
+                )
         await self.checks.settle()  # branches still replaying beside the one that ended
-        found = self.checks.mismatch
-        if found is None:
+        mismatch = self.checks.mismatch
+        if mismatch is None:
             return None
-        return Divergence(self.run_id, found.step, found.recorded, found.found, found.reason)
+        return Divergence(
+            self.run_id, mismatch.step, mismatch.recorded, mismatch.found, mismatch.reason
+        )
+
+
+def _value_mismatch(group: BaseExceptionGroup[BaseException]) -> ValueMismatch | None:
+    """The first value mismatch raised in a branch of the body (a ``TaskGroup``)."""
+    matched, _ = group.split(ValueMismatch)
+    while matched is not None:
+        first = matched.exceptions[0]
+        if isinstance(first, ValueMismatch):
+            return first
+        matched = first if isinstance(first, BaseExceptionGroup) else None
+    return None
 
 
 async def replay_check(

@@ -25,10 +25,11 @@ from engine_core.errors import NotSerializableError, StepFailedError, StoreUnava
 from engine_core.records import TERMINAL, RunState, StepRecord, utcnow
 from engine_core.run.attempt import error_info
 from engine_core.run.body_hooks import running_body
-from engine_core.run.context import ValueMismatch, WorkflowContext, as_declared
+from engine_core.run.context import WorkflowContext
 from engine_core.run.control import expiry
 from engine_core.run.divergence import Mismatch
 from engine_core.run.keys import compensation_key
+from engine_core.run.mismatch import ValueMismatch, read_input
 from engine_core.run.pass_state import PassState
 from engine_core.run.signals import SIGNALS, Parked, Stopped
 from engine_core.run.streams import BodyStreams
@@ -54,7 +55,10 @@ class RunPass(PassState):
         """Replay the body once and record where the run stands ("unavailable": a store
         outage ended the pass; the driver gives it again once the store is back)."""
         try:
-            return await self._execute()
+            # Every line the pass's code logs (the body, its steps, its compensations)
+            # names the run, its trace and its workflow.
+            with run_log_context(self.run.run_id, self.traceparent, self.run.workflow):
+                return await self._execute()
         except (StoreDown, StoreUnavailableError):
             return "unavailable"
 
@@ -64,12 +68,12 @@ class RunPass(PassState):
         failure: BaseException | None = None
         output: Any = None
         try:
-            with run_log_context(self.run.run_id, self.traceparent):
-                what = f"the input of workflow {self.run.workflow!r}"
-                data = as_declared(self.run.input, declared_parameter(fn, 1), what)
-                ctx = WorkflowContext(self)
-                with self.names.body(), running_body(ctx):
-                    output = await fn(ctx, data)
+            # An input its type refuses (from a client without the code, say) fails
+            # the run with InvalidInputError: no step of it has run.
+            data = read_input(self.run.workflow, self.run.input, declared_parameter(fn, 1))
+            ctx = WorkflowContext(self)
+            with self.names.body(), running_body(ctx):
+                output = await fn(ctx, data)
         except BaseException as exc:
             failure = exc
         await self.drain()
@@ -181,7 +185,14 @@ class RunPass(PassState):
     async def _mismatch(self, failure: ValueMismatch) -> PassEnd:
         """A recorded value no longer fits the code: the run is suspended with the error,
         as a divergent one is; ``engine.resume`` after a fixed deploy replays it again."""
-        error = {**error_info(failure), "type": "NonDeterminismError"}
+        error = {
+            **error_info(failure),
+            "type": "NonDeterminismError",
+            "step": failure.step,
+            "recorded": failure.recorded,
+            "found": failure.found,
+            "reason": failure.REASON,
+        }
         lifecycle_log.pass_diverged(self.run, error.get("step"), error["message"])
         end = await self._end("suspended", None, error)
         if end == "terminal":

@@ -6,6 +6,8 @@ from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from engine_core.tracing import enter_step_log, leave_step_log
+
 __all__ = ["StepHooks", "StepInfo", "current_step", "enter_step", "leave_step"]
 
 
@@ -60,15 +62,18 @@ def current_step() -> StepInfo | None:
     return _current_step.get()
 
 
-def enter_step(
-    info: StepInfo, hooks: StepHooks | None = None
-) -> tuple[Token[StepInfo | None], Token[StepHooks | None]]:
-    """Make ``info`` the current step, writing with ``hooks`` (until :func:`leave_step`
-    with the tokens)."""
-    return _current_step.set(info), _current_hooks.set(hooks)
+_Tokens = tuple[Token[StepInfo | None], Token[StepHooks | None], Token[tuple[str, str] | None]]
 
 
-def leave_step(tokens: tuple[Token[StepInfo | None], Token[StepHooks | None]]) -> None:
+def enter_step(info: StepInfo, hooks: StepHooks | None = None) -> _Tokens:
+    """Make ``info`` the current step, writing with ``hooks``, its name on the log
+    records of its code (until :func:`leave_step` with the tokens)."""
+    log = enter_step_log(info.run_id, info.step)
+    return _current_step.set(info), _current_hooks.set(hooks), log
+
+
+def leave_step(tokens: _Tokens) -> None:
     """Undo :func:`enter_step` with the tokens it returned."""
+    leave_step_log(tokens[2])
     _current_hooks.reset(tokens[1])
     _current_step.reset(tokens[0])

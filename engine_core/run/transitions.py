@@ -102,6 +102,25 @@ def attempt_ended(
     )
 
 
+def lost_message(key: str, attempt: int, max_attempts: int) -> str:
+    """Why an attempt lost with its process failed the step, or that it runs again: a
+    step that takes its process down runs out of attempts like any other."""
+    if attempt < max_attempts:
+        return (
+            f"the process running attempt {attempt} of step {key!r} stopped before "
+            "recording its outcome; another attempt runs"
+        )
+    if max_attempts == 1:
+        return (
+            f"attempt {attempt} was lost with its process; the step allows no retries: "
+            "set retries= to let another worker take it over"
+        )
+    return (
+        f"attempt {attempt} was lost with its process, the last of the {max_attempts} the "
+        "step allows: set a larger retries= to let another worker take it over"
+    )
+
+
 def attempt_lost(
     kind: StepKind,
     key: str,
@@ -113,11 +132,7 @@ def attempt_lost(
 ) -> Transition:
     """An inline attempt whose pass died mid-step, found by the pass that holds the run
     now: counted, so a step that kills its process every time runs out of attempts."""
-    error = {
-        "type": "WorkerLost",
-        "message": f"the process running attempt {attempt} of step {key!r} "
-        "stopped before recording its outcome",
-    }
+    error = {"type": "WorkerLost", "message": lost_message(key, attempt, max_attempts)}
     status: Outcome = "failed" if attempt >= max_attempts else "pending"
     return attempt_ended(kind, attempt, status, started_at=started_at, error=error, extra=extra)
 

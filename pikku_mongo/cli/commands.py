@@ -14,7 +14,7 @@ from pikku_mongo.cli.text import (
     _listed,
     _queue_text,
     _queues,
-    _show_run,
+    _show,
     _table,
     _time,
     _workers,
@@ -120,12 +120,7 @@ async def _runs(engine: Engine, args: argparse.Namespace) -> tuple[Any, str]:
     if action == "list":
         return await _list_runs(engine, args)
     if action == "show":
-        status = await engine.status(args.run_id)
-        history = await engine.history(args.run_id)
-        data = _jsonable(status)
-        data["history"] = _jsonable(history)
-        data["forks"] = forks = await engine.list_forks(args.run_id)
-        return data, _show_run(status, history, forks)
+        return await _show(engine, args.run_id)
     if action in ("fork", "cancel", "retry"):
         if repair_cli.is_bulk(args):
             return await repair_cli.act_on_many(engine, args)

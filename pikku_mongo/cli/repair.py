@@ -4,8 +4,11 @@
     pikku-mongo runs fork|cancel|retry --workflow W [--status S] [--since T]
                                        [--before T] [--error-type E] [--dry-run]
 
-With a filter, ``--dry-run`` prints how many runs match and the first ids, changing
-nothing; without it the command acts on them (a page at a time) and prints what it did.
+``runs fork RUN`` prints which steps the fork copies and which run again (a step whose
+compensation ran is never copied). ``runs retry --status`` takes ``failed``, the one
+status a retry takes. With a filter, ``--dry-run`` prints how many runs match and the
+first ids, changing nothing; without it the command acts on them (a page at a time) and
+prints what it did.
 Times are ISO 8601 (``2026-12-03T10:00:00Z``; UTC when no offset is given).
 """
 
@@ -15,7 +18,7 @@ import argparse
 from datetime import UTC, datetime
 from typing import Any
 
-from engine_core import Engine
+from engine_core import Engine, ForkPlan
 from engine_core.run.bulk import BulkReport
 
 #: Ids a bulk command prints.
@@ -27,7 +30,9 @@ def add_arguments(action: argparse.ArgumentParser, name: str) -> None:
     action.add_argument("run_id", nargs="?", help="the run (or pass a filter instead)")
     bulk = action.add_argument_group("or every run a filter matches")
     bulk.add_argument("--workflow")
-    if name != "retry":
+    if name == "retry":
+        bulk.add_argument("--status", help="only runs in this status: failed (the default)")
+    else:
         bulk.add_argument("--status", help="only runs in this status")
     bulk.add_argument("--since", type=_moment, help="created at or after (ISO 8601)")
     bulk.add_argument("--before", type=_moment, help="created before (ISO 8601)")
@@ -76,13 +81,35 @@ async def act_on_one(engine: Engine, args: argparse.Namespace) -> tuple[Any, str
     """``runs fork RUN``: the fork's id; cancel and retry of one run are the caller's."""
     if args.action != "fork":
         return None
+    plan = await engine.fork_plan(args.run_id, from_step=args.from_step)
     fork = await engine.fork(
         args.run_id,
         from_step=args.from_step,
         new_run_id=args.new_run_id,
         keep_idempotency_keys=args.keep_idempotency_keys,
     )
-    return {"run_id": args.run_id, "fork": fork}, f"run {args.run_id} forked: run {fork}"
+    data = {
+        "run_id": args.run_id,
+        "fork": fork,
+        "from_step": plan.from_step,
+        "copied": plan.copied,
+        "run_again": plan.run_again,
+        "compensated": plan.compensated,
+    }
+    return data, f"run {args.run_id} forked: run {fork}\n" + fork_plan_text(plan)
+
+
+def fork_plan_text(plan: ForkPlan) -> str:
+    """Which steps a fork copies and which run again, one line each."""
+    again = [
+        f"{key} (its compensation ran)" if key in plan.compensated else key
+        for key in plan.run_again
+    ]
+    return (
+        f"from step: {plan.from_step or '-'}\n"
+        f"copied:    {', '.join(plan.copied) or 'none'}\n"
+        f"run again: {', '.join(again) or 'none'}"
+    )
 
 
 async def act_on_many(engine: Engine, args: argparse.Namespace) -> tuple[Any, str]:
@@ -104,7 +131,7 @@ async def act_on_many(engine: Engine, args: argparse.Namespace) -> tuple[Any, st
     elif args.action == "cancel":
         report = await engine.cancel_many(**where, status=args.status, compensate=args.compensate)
     else:
-        report = await engine.retry_many(**where)
+        report = await engine.retry_many(**where, status=args.status)
     return _report(args.action, report)
 
 

@@ -9,6 +9,8 @@ from datetime import datetime
 from typing import Any
 
 from engine_core import Engine, RunStatus, StepStatus
+from engine_core.fleet.registry import why_undriven
+from pikku_mongo.doctor.stranded import DRIVEN
 
 
 def _jsonable(value: Any) -> Any:
@@ -57,12 +59,35 @@ def _error_text(error: dict[str, Any] | None) -> str:
     return f"{error.get('type', 'Error')}: {error.get('message', '')}"
 
 
-def _show_run(status: RunStatus, history: list[Any], forks: list[str] | None = None) -> str:
+async def _show(engine: Engine, run_id: str) -> tuple[Any, str]:
+    """``runs show``: the run, its steps and timeline, its forks, and whether a live
+    worker will drive it (1 read of the registry when it waits to be driven)."""
+    status = await engine.status(run_id)
+    history = await engine.history(run_id)
+    data = _jsonable(status)
+    data["history"] = _jsonable(history)
+    data["fork_ids"] = forks = await engine.list_forks(run_id)
+    undriven = None
+    if status.status in DRIVEN:
+        workers = await engine.list_workers()
+        undriven = why_undriven(status.workflow, status.version, workers)
+    data["stranded"] = undriven
+    return data, _show_run(status, history, forks, undriven)
+
+
+def _show_run(
+    status: RunStatus,
+    history: list[Any],
+    forks: list[str] | None = None,
+    undriven: str | None = None,
+) -> str:
+    """``runs show``: ``undriven`` says why no live worker will drive the run, if so."""
     lines = [
         f"run       {status.run_id}",
         f"workflow  {status.workflow}",
         f"status    {status.status}",
         *([f"version   {status.version}"] if status.version is not None else []),
+        *([f"stranded  no live worker will drive this run: {undriven}"] if undriven else []),
         f"created   {_time(status.created_at)}",
         f"updated   {_time(status.updated_at)}",
     ]
@@ -73,6 +98,8 @@ def _show_run(status: RunStatus, history: list[Any], forks: list[str] | None = N
         lines.append(f"forked    from {origin['run_id']} at step {origin['step'] or '-'}")
     if forks:
         lines.append(f"forks     {', '.join(forks)}")
+    if status.patches:
+        lines.append(f"patches   {', '.join(status.patches)}")
     if status.queue:
         lines.append(f"queue     {_queue_text(status)}")
     if status.not_before:
@@ -129,13 +156,14 @@ def _limit(value: int | str | None) -> str:
 async def _workers(engine: Engine) -> tuple[Any, str]:
     """``pikku-mongo workers list``: the serving engines, as each last recorded itself."""
     workers = await engine.list_workers()
-    headers = ["instance", "host", "pid", "workflows", "step functions", "queues", "slots"]
-    headers += ["started", "last seen"]
+    headers = ["instance", "host", "pid", "versions", "workflows", "step functions", "queues"]
+    headers += ["slots", "started", "last seen"]
     rows = [
         [
             w.instance_id[:12],
             w.host,
             str(w.pid),
+            _short(", ".join(w.versions) or "-") + (" (pinned)" if w.pinned else ""),
             _short(", ".join(w.workflows) or "-"),
             _short(", ".join(w.step_functions) or "-"),
             _short(", ".join(w.queues) or "-"),

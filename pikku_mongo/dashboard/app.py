@@ -24,7 +24,13 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from engine_core import Engine, EngineError, RunNotFoundError, ScheduleNotFoundError
+from engine_core import (
+    Engine,
+    EngineError,
+    RunNotFoundError,
+    ScheduleNotFoundError,
+    StoreUnavailableError,
+)
 from pikku_mongo.dashboard.bulk_pages import BulkPages
 from pikku_mongo.dashboard.headers import SecurityHeaders
 from pikku_mongo.dashboard.links import NAV, Links, NavItem
@@ -95,6 +101,15 @@ class Dashboard(RunPages, BulkPages, QueuePages, SchedulePages, WorkerPages, Log
                 return self.error(request, 400, str(exc))
             except (RunNotFoundError, ScheduleNotFoundError) as exc:
                 return self.error(request, 404, str(exc))
+            except StoreUnavailableError as exc:
+                log.warning("dashboard page %s: the database cannot be reached (%s)",
+                            request.url.path, exc)  # fmt: skip
+                return self.error(
+                    request,
+                    503,
+                    f"The database cannot be reached ({exc}). This page works again once it "
+                    "is back; nothing was changed.",
+                )
             except (EngineError, ValueError) as exc:
                 return self.error(request, 400, str(exc))
             except Exception as exc:

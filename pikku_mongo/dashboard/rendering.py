@@ -147,12 +147,18 @@ class PageBase:
         post_to: str,
         back: tuple[str, str],
         extra: Sequence[tuple[str, str]] = (),
+        *,
+        question: str | None = None,
+        facts: Sequence[tuple[str, str]] = (),
     ) -> Response:
         """The confirm step of an ``action`` on a run or a schedule (``subject``), one
-        template for both: the ``record``'s facts, and a form that posts the ``key``
-        (field, value) and the action to ``post_to``; ``back`` is the way back (link,
-        label)."""
+        template for both: the ``record``'s facts (and ``facts``, shown only), and a
+        form that posts the ``key`` (field, value), the ``extra`` fields and the action to
+        ``post_to``; ``back`` is the way back (link, label); ``question`` the page's
+        heading (else "Cancel this run?" and the like)."""
         context = {
+            "question": question or f"{action.label} this {subject}?",
+            "facts": list(facts),
             "page": f"{subject}s",
             "action": action,
             "subject": subject,

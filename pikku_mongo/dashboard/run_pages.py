@@ -9,7 +9,8 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from engine_core import QueueStatus, RunStatus
+from engine_core import ForkPlan, QueueStatus, RunStatus
+from engine_core.fleet.registry import why_undriven
 from engine_core.records import TERMINAL
 from pikku_mongo.dashboard.actions import ACTIONS, Action, actions_for, perform
 from pikku_mongo.dashboard.bulk_pages import BULK_ACTIONS
@@ -25,6 +26,7 @@ from pikku_mongo.dashboard.rendering import PageBase, is_htmx, links_for, log, r
 from pikku_mongo.dashboard.streams_view import stream_tails
 from pikku_mongo.dashboard.views import build_timeline
 from pikku_mongo.dashboard.waiting import awaited_events, event_form, why_waiting
+from pikku_mongo.doctor.stranded import DRIVEN
 
 
 def _bulk_notice(params: Any) -> str | None:
@@ -35,6 +37,19 @@ def _bulk_notice(params: Any) -> str | None:
     skipped = params.get("skipped", "0")
     text = f"{BULK_ACTIONS[done].label}: {int(count)} run(s) done"
     return text + (f", {int(skipped)} skipped." if skipped.isdigit() and int(skipped) else ".")
+
+
+def fork_facts(plan: ForkPlan) -> list[tuple[str, str]]:
+    """What a fork copies and what it runs again, as the confirm page lists them."""
+    again = [
+        f"{key} (its compensation ran)" if key in plan.compensated else key
+        for key in plan.run_again
+    ]
+    return [
+        ("Runs anew from step", plan.from_step or "-"),
+        ("Copied (not run again)", ", ".join(plan.copied) or "none"),
+        ("Run again", ", ".join(again) or "none"),
+    ]
 
 
 class RunPages(PageBase):
@@ -99,8 +114,11 @@ class RunPages(PageBase):
             "can_fork": not self.read_only,
             "streams": streams,
             "actions": [] if self.read_only else actions_for(status.status),
-            "waiting": why_waiting(status, await self._queue_of(status)),
+            "waiting": why_waiting(
+                status, await self._queue_of(status), undriven=await self._undriven(status)
+            ),
             "send_events": [] if self.read_only else awaited_events(status),
+            "send_explain": ACTIONS["send-event"].explain,
             "notice": ACTIONS[done].done if done in ACTIONS else None,
             "trace_link": (
                 self.trace_url.replace("{trace_id}", status.trace_id)
@@ -110,6 +128,14 @@ class RunPages(PageBase):
         }
         template = "_run_live.html" if is_htmx(request) else "run.html"
         return self.render(request, template, context)
+
+    async def _undriven(self, status: RunStatus) -> str | None:
+        """Why no live worker will drive the run, when it waits to be driven and none
+        will (1 read of the registry of workers)."""
+        if status.status not in DRIVEN:
+            return None
+        workers = await self.engine.list_workers()
+        return why_undriven(status.workflow, status.version, workers)
 
     async def _queue_of(self, status: RunStatus) -> QueueStatus | None:
         if status.status != "queued" or status.queue is None:
@@ -141,12 +167,16 @@ class RunPages(PageBase):
         run_id, action, status = checked
         links = links_for(request)
         extra: list[tuple[str, str]] = []
+        facts: list[tuple[str, str]] = []
+        question = None
         if action.name == "send-event":
             event, text, _ = event_form(request.query_params, status)
             extra = [("event", event), ("payload", text)]
+            question = f"Send event {event!r} to this run?"
         elif action.name == "fork":
             step = parse_step(request.query_params)
             extra = [("step", step)] if step is not None else []
+            facts = fork_facts(await self.engine.fork_plan(run_id, from_step=step))
         return self.render_confirm(
             request,
             action,
@@ -156,6 +186,8 @@ class RunPages(PageBase):
             links.action(),
             (links.run(run_id), "the run"),
             extra,
+            question=question,
+            facts=facts,
         )
 
     async def action(self, request: Request) -> Response:

@@ -21,6 +21,9 @@ from pikku_mongo.wire.uri import redact
 
 #: How long the first command may wait for the server before ``ui`` gives up.
 CONNECT_TIMEOUT_MS = 5_000
+#: How long a page's store calls wait out an outage before the page says the database
+#: cannot be reached (a 503): within the CLI's rule of an answer in 10 s.
+STORE_TIMEOUT = "8s"
 
 
 class RefusedToServe(Exception):
@@ -76,7 +79,7 @@ async def serve(
     logging.basicConfig(level=logging.WARNING, format="pikku-mongo ui: %(name)s: %(message)s")
     store = MongoStore.from_uri(uri, serverSelectionTimeoutMS=CONNECT_TIMEOUT_MS)
     try:
-        engine = Engine(store)
+        engine = Engine(store, store_timeout=STORE_TIMEOUT)
         app = dashboard_app(
             engine,
             token=token,

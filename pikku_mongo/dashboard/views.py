@@ -109,6 +109,14 @@ def fmt_relative(moment: datetime | None, now: datetime | None = None) -> str:
 # ---- the timeline -------------------------------------------------------------------
 
 
+#: A wait's tooltip, by how it ended (``{took}``: how long it lasted, so far).
+_WAITED = {
+    "waiting": "waiting, {took} so far",
+    "stopped": "waited {took}; the run ended first",
+    "waited": "waited {took}, then ran",
+}
+
+
 @dataclass(frozen=True)
 class Span:
     """One attempt of a step (``kind="attempt"``), or a time it waited (``"wait"``: a
@@ -135,7 +143,10 @@ class Span:
         """The bar's tooltip."""
         took = fmt_duration(self.seconds)
         if self.kind == "wait":
-            head = f"{self.step}: waited {took}, then {self.outcome}"
+            head = (
+                f"{self.step}: {_WAITED.get(self.outcome, 'waited {took}, then ' + self.outcome)}"
+            )
+            head = head.format(took=took)
         else:
             head = f"{self.step}, attempt {self.attempt}: {self.outcome} after {took}"
         text = error_text(self.error)

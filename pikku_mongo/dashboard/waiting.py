@@ -15,11 +15,17 @@ MAX_PAYLOAD = 8000
 
 
 def why_waiting(
-    run: RunStatus, queue: QueueStatus | None, now: datetime | None = None
+    run: RunStatus,
+    queue: QueueStatus | None,
+    now: datetime | None = None,
+    undriven: str | None = None,
 ) -> list[str]:
-    """The reasons a queued, suspended or parked run is not moving, one line each."""
+    """The reasons a queued, suspended or parked run is not moving, one line each;
+    ``undriven``: why no live worker will drive it, if none will."""
     now = now or datetime.now(UTC)
     reasons: list[str] = []
+    if undriven is not None:
+        reasons.append(f"No live worker will drive it: {undriven}.")
     if run.status == "queued":
         if run.not_before is not None and run.not_before > now:
             reasons.append(f"Delayed: it begins no earlier than {_at(run.not_before)}.")

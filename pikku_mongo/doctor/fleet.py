@@ -70,15 +70,18 @@ async def stranded_check(store: MongoStore, workers: list[Worker]) -> Check:
     dispatched steps whose step function none registers."""
     found = await stranded_runs(Engine(store), workers) + await stranded_jobs(store, workers)
     data = {
-        "stranded": [{"workflow": s.workflow, "runs": s.runs, "missing": s.missing} for s in found]
+        "stranded": [
+            {"workflow": s.workflow, "version": s.version, "runs": s.runs, "missing": s.missing}
+            for s in found
+        ]
     }
     if not found:
         return Check("stranded runs", "ok", "every waiting run has a live worker to drive it", data)
-    listed = ", ".join(f"{s.runs} waiting for {s.missing}" for s in found)
+    listed = ", ".join(s.describe() for s in found)
     return Check(
         "stranded runs",
         "warn",
-        f"no live worker can drive these runs: {listed} (registered on no live worker)",
+        f"no live worker can drive these runs: {listed}",
         data,
     )
 

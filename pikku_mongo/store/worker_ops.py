@@ -3,7 +3,8 @@
 One document per serving engine, ``_id`` = its instance id::
 
     {_id, host, pid, versions, workflows, step_functions, queues (JSON text each),
-     started_us, last_seen_us, expires_us, concurrency, slots_used, clock_offset}
+     started_us, last_seen_us, expires_us, concurrency, slots_used, clock_offset,
+     pinned, workflow_versions, input_schemas (JSON text each)}
 
 A serving engine writes its document once every few seconds (1 replace, upserting) and
 deletes it when it stops; a crashed one's document stays until its ``expires_us``
@@ -44,6 +45,9 @@ def worker_to_doc(worker: Worker, clock_offset: float | None) -> Doc:
         "concurrency": int(worker.concurrency),
         "slots_used": int(worker.slots_used),
         "clock_offset": worker.clock_offset if worker.clock_offset is not None else clock_offset,
+        "pinned": bool(worker.pinned),
+        "workflow_versions": dump_value(dict(worker.workflow_versions)),
+        "input_schemas": dump_value(dict(worker.input_schemas)),
     }
 
 
@@ -64,6 +68,9 @@ def worker_from_doc(doc: Doc) -> Worker:
         concurrency=int(doc.get("concurrency", 0)),
         slots_used=int(doc.get("slots_used", 0)),
         clock_offset=None if offset is None else float(offset),
+        pinned=bool(doc.get("pinned", False)),
+        workflow_versions=dict(load_value(doc.get("workflow_versions")) or {}),
+        input_schemas=dict(load_value(doc.get("input_schemas")) or {}),
     )
 
 

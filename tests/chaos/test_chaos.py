@@ -13,18 +13,9 @@ import pytest
 from engine_core import Engine, WorkflowRunFailedError
 from engine_core.records import RunRecord, utcnow
 from tests.support.fleet import Fleet
+from tests.support.waiting import wait_step
 
 pytestmark = pytest.mark.chaos
-
-
-async def wait_step(client: Engine, run_id: str, step: str, status: str, limit: float = 30) -> None:
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
-        steps = (await client.status(run_id)).steps
-        if step in steps and steps[step].status == status:
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"step {step!r} of {run_id} never reached {status!r}")
 
 
 async def test_a_crash_inside_an_inline_step_is_finished_elsewhere(
@@ -79,13 +70,16 @@ async def test_sleeps_wake_at_their_original_time_after_a_crash(
     fleet.kill(first)
     await asyncio.sleep(1.0)
     fleet.spawn()
+    # On a loaded machine the new worker may be ready only after the wake time: it can
+    # wake nothing before it runs.
+    ready_at = time.time()
     for run_id in runs:
         woke_at = await client.result(run_id, timeout=60)
         nap = await client.store.get_step(run_id, "nap")
         assert nap is not None and nap.due_at is not None
         due = nap.due_at.timestamp()
         # Woken at the original wake time (within polling slack), not 3 s after restart.
-        assert due - 0.05 <= woke_at <= due + 1.5
+        assert due - 0.05 <= woke_at <= max(due, ready_at) + 1.5
 
 
 async def test_a_dispatch_whose_process_died_before_pickup_runs_once(

@@ -100,10 +100,13 @@ async def test_the_dashboard_in_chromium(nx_uri: str, tmp_path: Path) -> None:
         await store.close()
 
 
-async def drive(page: Page, base: str, engine: Engine, ids: dict[str, str], shots: Path) -> None:
+def watch(page: Page, *, console: bool = True) -> tuple[list[str], list[str]]:
+    """The page's script errors (and console errors) as they come, and the messages of
+    the dialogs it opens, each accepted."""
     problems: list[str] = []
     page.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))
-    page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+    if console:
+        page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
     dialogs: list[str] = []
 
     async def accept(dialog: object) -> None:
@@ -111,6 +114,11 @@ async def drive(page: Page, base: str, engine: Engine, ids: dict[str, str], shot
         await dialog.accept()  # type: ignore[attr-defined]
 
     page.on("dialog", accept)
+    return problems, dialogs
+
+
+async def drive(page: Page, base: str, engine: Engine, ids: dict[str, str], shots: Path) -> None:
+    problems, dialogs = watch(page)
 
     # The list: every status counted, every run linked.
     await page.goto(f"{base}/runs")
@@ -182,3 +190,72 @@ async def drive(page: Page, base: str, engine: Engine, ids: dict[str, str], shot
     assert await page.evaluate("window.notReloaded") is True
 
     assert problems == [], problems  # no script error, no blocked resource
+
+
+@pytest.mark.timeout(120)
+async def test_the_fleet_as_an_operator_sees_it_in_chromium(nx_uri: str, tmp_path: Path) -> None:
+    """A pinned worker serves "shop" v2; an older tier started a run with no version,
+    and one that waits for an event. In Chromium: the stranded run says why it waits,
+    an event is sent in place (asked like every other action, its payload posted), and
+    the fork of a compensated run shows what it copies and what runs again first."""
+    from engine_core import WorkflowRunFailedError
+    from tests.dashboard.test_fleet_pages import register_shop
+
+    uri = with_database(nx_uri, f"browser_{uuid.uuid4().hex[:12]}")
+    store = MongoStore.from_uri(uri)
+    await store.init()
+    worker, old_tier = Engine(store, pin_versions=True), Engine(store)
+    register_shop(worker, "v2")
+    register_shop(old_tier)
+    try:
+        async with worker:
+            stuck = await old_tier.start("shop", "wait", run_id="stuck")
+            waiting = await worker.start("shop", "wait", run_id="waiting")
+            refunded = await worker.start("shop", "go", run_id="refunded")
+            with pytest.raises(WorkflowRunFailedError):
+                await worker.result(refunded, timeout=10)
+            with ui_server(uri) as base:
+                async with async_playwright() as playwright:
+                    browser = await playwright.chromium.launch(
+                        executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
+                    )
+                    try:
+                        page = await browser.new_page(viewport={"width": 1280, "height": 900})
+                        await operate(page, base, worker, (stuck, waiting, refunded), tmp_path)
+                    finally:
+                        await browser.close()
+    finally:
+        await store.close()
+
+
+async def operate(
+    page: Page, base: str, engine: Engine, runs: tuple[str, str, str], shots: Path
+) -> None:
+    stuck, waiting, refunded = runs
+    problems, dialogs = watch(page, console=False)
+    await page.goto(f"{base}/run?id={stuck}")
+    reasons = await page.locator("ul.waiting").inner_text()
+    assert "No live worker will drive it" in reasons and "pin versions" in reasons
+
+    await page.goto(f"{base}/run?id={waiting}")
+    await page.wait_for_selector("form.send-event")
+    await page.locator("form.send-event textarea").fill('{"ok": true}')
+    await page.locator('button[data-action="send-event"]').click()
+    await page.wait_for_selector(".notice", timeout=10_000)
+    assert dialogs and dialogs[-1].startswith(f"Send event approval to run {waiting}?")
+    assert "Event sent." in await page.locator(".notice").inner_text()
+    await shot(page, shots, "dashboard-event-sent.png", full=True)
+
+    await page.goto(f"{base}/run?id={refunded}")
+    assert "rename-charge" in await page.locator("dd.patches").inner_text()
+    assert "patched:" not in await page.locator("table.steps").inner_text()
+    await page.locator('button[data-action="fork"]').click()
+    await page.wait_for_url("**/run/confirm?**")
+    plan = await page.locator("dl.facts").inner_text()
+    assert "Run again" in plan and "charge (its compensation ran)" in plan
+    await shot(page, shots, "dashboard-fork-confirm.png", full=True)
+    await page.get_by_role("button", name="Yes, fork").click()
+    await page.wait_for_selector(".notice", timeout=10_000)
+    assert "This run is a fork, just made." in await page.locator(".notice").inner_text()
+    assert len(await engine.list_forks(refunded)) == 1
+    assert problems == [], problems

@@ -8,7 +8,6 @@ The engine runs in this process, through an in-process proxy, on the public API.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import time
 from collections import Counter
@@ -18,11 +17,12 @@ from typing import Any, cast
 
 import pytest
 
-from engine_core import Engine, RunNotFoundError, WorkflowContext
+from engine_core import Engine, WorkflowContext
 from pikku_mongo import MongoStore
 from tests.faults.workload import assert_no_step_ran_after_its_success, work
 from tests.support.execution_log import read_log, record
 from tests.support.proxy import FaultProxy, Where, matches
+from tests.support.waiting import wait_step
 
 pytestmark = pytest.mark.faults
 
@@ -253,17 +253,6 @@ WRITES: list[tuple[str, str, Where | Nth]] = [
     ("lapsed claims requeued: update (multi) on steps", "update",
      Nth(1, {"update": "pikku_steps", "updates.0.multi": True})),
 ]  # fmt: skip
-
-
-async def wait_step(engine: Engine, run_id: str, step: str, status: str, limit: float = 30) -> None:
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
-        with contextlib.suppress(RunNotFoundError):  # a child not started yet
-            steps = (await engine.status(run_id)).steps
-            if step in steps and steps[step].status == status:
-                return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"step {step!r} of {run_id} never reached {status!r}")
 
 
 def executions(log: Path) -> Counter[str]:

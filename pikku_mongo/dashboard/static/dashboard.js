@@ -17,9 +17,10 @@
     var post = document.createElement("form");
     post.method = "post";
     post.action = form.dataset.post;
-    // The form's hidden fields (a run's id or a schedule's name, and the action).
+    // The form's hidden fields (a run's id or a schedule's name, and the action), and
+    // what was typed in it (an event's payload).
     var fields = [];
-    Array.prototype.forEach.call(form.querySelectorAll('input[type="hidden"]'), function (el) {
+    Array.prototype.forEach.call(form.querySelectorAll('input[type="hidden"], textarea'), function (el) {
       fields.push([el.name, el.value]);
     });
     fields.push(["csrf_token", meta ? meta.content : ""]);
