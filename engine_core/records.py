@@ -45,6 +45,13 @@ class Unread(str):
         shown.stored = shown if stored is None else stored
         return shown
 
+    # Copied records share it (a copy would call ``__new__`` with its text alone).
+    def __copy__(self) -> Unread:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Unread:
+        return self
+
 
 class Apart(Unread):
     """A value a store keeps apart from its record (MongoStore: in GridFS, past its
