@@ -14,6 +14,7 @@ import uuid
 from typing import Any
 
 import bson
+import pytest
 
 from engine_core import Engine
 from pikku_mongo import MongoStore
@@ -24,10 +25,12 @@ from tests.support.stored_documents import stored_documents
 from tests.test_codecs import MARK, codec, run_sealed
 
 
+@pytest.mark.parametrize("server", ["nx", "mongoeco"])
 async def test_no_collection_holds_a_value_in_clear_and_keyless_readers_show_encrypted(
-    nx_uri: str,
+    server: str, request: pytest.FixtureRequest
 ) -> None:
-    uri = with_database(nx_uri, f"sealed_{uuid.uuid4().hex[:12]}")
+    base = request.getfixturevalue(f"{server}_uri")
+    uri = with_database(base, f"sealed_{uuid.uuid4().hex[:12]}")
     store = MongoStore.from_uri(uri)
     await store.init()
     run_id = await run_sealed(Engine(store, codec=codec(), lease_ttl="5s"))
