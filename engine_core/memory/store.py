@@ -11,6 +11,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from engine_core.common.sizes import parse_size
 from engine_core.errors import DuplicateRunError
 from engine_core.memory.cloning import clone
 from engine_core.memory.events import EventLeaseMemory
@@ -36,11 +37,12 @@ from engine_core.records import (
 class InMemoryStore(StepMemory, EventLeaseMemory, FlowMemory, WorkerMemory, StreamMemory):
     """A single-process store that keeps everything in dicts."""
 
-    #: The largest value it keeps (characters of JSON): as ``MongoStore``'s default
-    #: ``max_value``, so a value refused on one store is refused on the other.
-    max_value_bytes = 256 * 1024 * 1024
-
-    def __init__(self) -> None:
+    def __init__(self, *, max_value: int | str = "256MiB") -> None:
+        """``max_value``: the largest value it keeps (characters of JSON; bytes or a size
+        such as ``"256MiB"``, as ``MongoStore(max_value=...)``, whose default it shares, so
+        a value refused on one store is refused on the other)."""
+        #: Read by the engine (``engine_core.common.values.value_limit``).
+        self.max_value_bytes = parse_size(max_value, what="max_value")
         self._runs: dict[str, RunRecord] = {}
         self._steps: dict[tuple[str, str], StepRecord] = {}
         self._events: list[EventRecord] = []
