@@ -177,6 +177,30 @@ async def test_offloaded_values_go_with_their_run(listened: tuple[MongoStore, Co
     assert await store.value_chunks.find({"files_id": file["_id"]}).to_list() == []
 
 
+async def test_offloaded_values_expire_with_their_run(
+    listened: tuple[MongoStore, Commands],
+) -> None:
+    """Retention's sweep (the test servers run no TTL monitor) deletes a run's files in
+    GridFS with it."""
+    store, _ = listened
+    engine = Engine(store, lease_ttl="10s")
+
+    @engine.workflow("kept-briefly", retention="300ms")
+    async def kept_briefly(ctx: WorkflowContext, data: Any) -> int:
+        return len(await ctx.step("report", report, 2 * MIB))
+
+    async with engine:
+        run_id = await engine.start("kept-briefly", "i" * (2 * MIB))
+        assert await engine.result(run_id, timeout=60) == 2 * MIB
+        files = await store.value_files.find({}).to_list()
+        assert len(files) == 2  # the input and the step's result
+        await asyncio.sleep(0.4)
+        assert (await engine.recover()).expired == 1
+    assert await store.value_files.find({}).to_list() == []
+    for file in files:
+        assert await store.value_chunks.find({"files_id": file["_id"]}).to_list() == []
+
+
 async def test_a_start_that_finds_its_run_leaves_no_value_behind(
     listened: tuple[MongoStore, Commands],
 ) -> None:
