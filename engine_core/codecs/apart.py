@@ -33,8 +33,9 @@ def stored_bytes(value: Any, over: int) -> int:
         return 8
     if kind is bytes:
         return len(value)
-    if kind is str and len(value) * 6 + 2 <= over:
-        return len(value) + 2  # even with every character escaped, it is under
+    if kind is str and len(value) * 12 + 2 <= over:
+        # Under even with every character escaped (one past U+FFFF: two \\uXXXX).
+        return len(value) + 2
     if isinstance(value, Apart):
         return 0
     return len(json.dumps(value, separators=(",", ":")))

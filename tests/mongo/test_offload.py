@@ -23,6 +23,7 @@ from engine_core import (
     WorkflowContext,
 )
 from engine_core.codecs import AesGcmCodec
+from engine_core.codecs.apart import stored_bytes
 from engine_core.codecs.sealed_store import SealedStore
 from engine_core.testing.builders import begin, done_step, make_run
 from pikku_mongo import MongoStore
@@ -275,3 +276,12 @@ async def test_bad_sizes_raise_at_construction(options: dict[str, Any], message:
     with pytest.raises(InvalidOptionError, match=message):
         MongoStore(client["db"], **options)
     await client.close()
+
+
+def test_a_value_is_sized_as_it_is_stored() -> None:
+    """As JSON text, ASCII-escaped: a character past U+FFFF takes 12 bytes, so a string of
+    them goes to GridFS at a twelfth of the limit in characters."""
+    assert stored_bytes("\U0001f600" * 100, 1024) == 1202 > 1024
+    assert stored_bytes("é" * 100, 1024) == 602
+    assert stored_bytes("a" * 80, 1024) == 82
+    assert stored_bytes(b"\x00" * 2000, 1024) == 2000
