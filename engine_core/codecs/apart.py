@@ -105,8 +105,13 @@ class ValuesApart:
         """Drop the values of ``records``' fields ``names`` placed apart by a write that
         did not land (a start whose run existed already, say)."""
         placed = [v for r in records for n in names if isinstance(v := getattr(r, n), Apart)]
-        if placed:
-            await self.inner.drop_values(placed)
+        await self.drop_values(placed)
+
+    async def drop_values(self, values: Sequence[Apart]) -> None:
+        """Drop ``values`` placed apart (replaced, or written by a write that did not
+        land)."""
+        if values:
+            await self.inner.drop_values(list(values))
 
     # ---- reads ----------------------------------------------------------------------
 

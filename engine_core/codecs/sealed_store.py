@@ -26,6 +26,7 @@ from engine_core.codecs.apart import RUN_VALUES, STEP_VALUES, ValuesApart
 from engine_core.codecs.payload import PayloadCodec
 from engine_core.codecs.sealing import Sealer
 from engine_core.records import (
+    Apart,
     AttemptEntry,
     EventRecord,
     RunRecord,
@@ -38,6 +39,9 @@ from engine_core.store import Store
 from engine_core.streams import StreamEntry
 
 _R = TypeVar("_R")
+#: At most this many steps' last heartbeat details kept apart are remembered (to drop
+#: them when the next heartbeat replaces them).
+_BEATS_HELD = 10_000
 
 #: The store protocol's methods that carry no user value: passed to the store as they are.
 PASSED_THROUGH = frozenset(
@@ -96,6 +100,9 @@ class SealedStore:
         self.inner = inner
         self.sealer = Sealer(codec)
         self.apart = ValuesApart(inner)
+        # The heartbeat details this process wrote last per (run, step), where kept
+        # apart: replaced by the next heartbeat, so dropped then (heartbeats repeat).
+        self._beats: dict[tuple[str, str], Apart] = {}
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -312,7 +319,19 @@ class SealedStore:
 
     async def put_heartbeat(self, run_id: str, key: str, *, attempt: int, details: Any) -> None:
         details = await self._value_in(run_id, details)
-        await self.inner.put_heartbeat(run_id, key, attempt=attempt, details=details)
+        try:
+            await self.inner.put_heartbeat(run_id, key, attempt=attempt, details=details)
+        except BaseException:
+            if isinstance(details, Apart):
+                await self.apart.drop_values([details])
+            raise
+        replaced = self._beats.pop((run_id, key), None)
+        if isinstance(details, Apart):
+            if len(self._beats) >= _BEATS_HELD:  # steps that ended: their files go with the run
+                self._beats.pop(next(iter(self._beats)))
+            self._beats[(run_id, key)] = details
+        if replaced is not None:
+            await self.apart.drop_values([replaced])
 
     async def get_heartbeat(self, run_id: str, key: str) -> tuple[int, Any] | None:
         held = await self.inner.get_heartbeat(run_id, key)

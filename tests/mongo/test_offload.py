@@ -21,6 +21,7 @@ from engine_core import (
     StepFailedError,
     ValueTooLargeError,
     WorkflowContext,
+    current_step,
 )
 from engine_core.codecs import AesGcmCodec
 from engine_core.codecs.apart import stored_bytes
@@ -285,3 +286,30 @@ def test_a_value_is_sized_as_it_is_stored() -> None:
     assert stored_bytes("é" * 100, 1024) == 602
     assert stored_bytes("a" * 80, 1024) == 82
     assert stored_bytes(b"\x00" * 2000, 1024) == 2000
+
+
+async def test_a_heartbeat_replaced_leaves_no_value_behind(
+    listened: tuple[MongoStore, Commands],
+) -> None:
+    """Heartbeats repeat: large details kept in GridFS are dropped when the next heartbeat
+    of the step replaces them, so a step that beats often keeps one file, not one a beat."""
+    store, _ = listened
+    engine = Engine(store, lease_ttl="10s")
+
+    async def beats() -> str:
+        info = current_step()
+        assert info is not None
+        for n in range(4):
+            await info.heartbeat({"n": n, "state": report(2 * MIB)})
+        return "done"
+
+    @engine.workflow("beats")
+    async def beating(ctx: WorkflowContext, data: Any) -> str:
+        return await ctx.step("beat", beats)
+
+    async with engine:
+        run_id = await engine.start("beats")
+        assert await engine.result(run_id, timeout=60) == "done"
+    assert len(await store.value_files.find({}).to_list()) == 1  # the last beat's
+    held = await engine.store.get_heartbeat(run_id, "beat")
+    assert held is not None and held[1]["n"] == 3 and held[1]["state"] == report(2 * MIB)
