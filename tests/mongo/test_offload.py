@@ -313,3 +313,26 @@ async def test_a_heartbeat_replaced_leaves_no_value_behind(
     assert len(await store.value_files.find({}).to_list()) == 1  # the last beat's
     held = await engine.store.get_heartbeat(run_id, "beat")
     assert held is not None and held[1]["n"] == 3 and held[1]["state"] == report(2 * MIB)
+
+
+async def test_each_large_outcome_is_kept_apart_once(listened: tuple[MongoStore, Commands]) -> None:
+    """Outcomes past the limit, in a fan-out and one after another, through the journal
+    and on to their step records and a replay: one file each, never written twice."""
+    store, _ = listened
+    engine = Engine(store, lease_ttl="10s")
+
+    @engine.workflow("wide")
+    async def wide(ctx: WorkflowContext, data: Any) -> int:
+        parts = await asyncio.gather(
+            *(ctx.step(f"p-{i}", report, MIB + 1000 + i) for i in range(20))
+        )
+        more = [await ctx.step(f"q-{i}", report, MIB + 5000 + i) for i in range(20)]
+        await ctx.sleep("nap", "10ms")
+        return sum(map(len, parts)) + sum(map(len, more))
+
+    async with engine:
+        run_id = await engine.start("wide")
+        assert await engine.result(run_id, timeout=120) == 40 * MIB + 20 * 6000 + 2 * 190
+        status = await engine.status(run_id)
+    assert all(status.steps[f"q-{i}"].result == report(MIB + 5000 + i) for i in range(20))
+    assert len(await store.value_files.find({}).to_list()) == 40
