@@ -441,3 +441,24 @@ def machine_info() -> dict[str, str]:
         "pikku-mongo": _version("pikku-mongo"),
         "dbos": _version("dbos"),
     }
+
+
+def print_on_off(
+    title: str, reps: int, measure: Callable[[bool], tuple[float, float]], off: str, on: str
+) -> None:
+    """Measure (wall, CPU) with a setting off and on, alternating repetition by repetition
+    (so drift on a shared machine hits both alike), and print their medians as
+    ``title, wall: X {off}, Y {on} (+Z %)`` and the same for CPU."""
+    wall: dict[bool, list[float]] = {False: [], True: []}
+    cpu: dict[bool, list[float]] = {False: [], True: []}
+    for rep in range(reps):
+        for setting in (False, True) if rep % 2 == 0 else (True, False):
+            seconds, used = measure(setting)
+            wall[setting].append(seconds)
+            cpu[setting].append(used)
+    for what, figures in (("wall", wall), ("CPU", cpu)):
+        a, b = statistics.median(figures[False]), statistics.median(figures[True])
+        print(
+            f"{title}, {what}: {a:.3f} ms/step {off}, {b:.3f} {on} ({(b / a - 1) * 100:+.1f} %)",
+            flush=True,
+        )

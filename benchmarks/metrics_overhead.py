@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import statistics
 import tempfile
 from pathlib import Path
 
 import engine_core.metrics
-from benchmarks.common import StoreKind, mongo_server
+from benchmarks.common import StoreKind, mongo_server, print_on_off
 from benchmarks.ours import w1_sequential
 
 
@@ -47,20 +46,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, mongo_server(Path(tmp)) as server:
         for kind in ("memory", "mongo"):
             uri = server.uri if kind == "mongo" else None
-            wall: dict[bool, list[float]] = {False: [], True: []}
-            cpu: dict[bool, list[float]] = {False: [], True: []}
-            for rep in range(args.reps):
-                for sdk in (False, True) if rep % 2 == 0 else (True, False):
-                    seconds, used = asyncio.run(_w1(kind, uri, args.runs, sdk))
-                    wall[sdk].append(seconds)
-                    cpu[sdk].append(used)
-            for what, figures in (("wall", wall), ("CPU", cpu)):
-                off, on = statistics.median(figures[False]), statistics.median(figures[True])
-                print(
-                    f"W1 on {kind}, {what}: {off:.3f} ms/step without an SDK, {on:.3f} with "
-                    f"one ({(on / off - 1) * 100:+.1f} %)",
-                    flush=True,
-                )
+            print_on_off(
+                f"W1 on {kind}",
+                args.reps,
+                lambda sdk, k=kind, u=uri: asyncio.run(_w1(k, u, args.runs, sdk)),  # type: ignore[misc]
+                "without an SDK",
+                "with one",
+            )
 
 
 if __name__ == "__main__":

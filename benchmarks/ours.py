@@ -35,6 +35,7 @@ from benchmarks.common import (
 )
 from benchmarks.floor import metered
 from engine_core import Engine
+from engine_core.codecs import PayloadCodec
 from engine_core.common.clock import utcnow
 from engine_core.records import TERMINAL, RunRecord, StepPage, StepRecord
 from engine_core.store import Store
@@ -52,14 +53,20 @@ def _reset(counter: CommandCounter | None) -> None:
 
 
 async def w1_sequential(
-    kind: StoreKind, uri: str | None, runs: int, steps: int, held: int = 0
+    kind: StoreKind,
+    uri: str | None,
+    runs: int,
+    steps: int,
+    held: int = 0,
+    codec: PayloadCodec | None = None,
 ) -> Measurement:
     """W1: ``runs`` workflows of ``steps`` no-op inline steps, one after another; with
-    ``held``, on a database that already holds that many steps of finished runs."""
+    ``held``, on a database that already holds that many steps of finished runs; with
+    ``codec``, every value sealed by it (``Engine(codec=...)``)."""
     async with open_store(kind, uri, "w1") as (store, counter, _):
         if held:
             await hold_finished_steps(store, held)
-        engine = Engine(store)
+        engine = Engine(store, codec=codec)
         register_inline(engine)
         async with engine:
             _reset(counter)
@@ -150,12 +157,14 @@ def growth(stamps: list[float], began: float) -> dict[str, float]:
     return {"first_ms": first, "last_ms": last, "growth": last / first if first else 0.0}
 
 
-async def w3_long_run(kind: StoreKind, uri: str | None, steps: int) -> Measurement:
+async def w3_long_run(
+    kind: StoreKind, uri: str | None, steps: int, codec: PayloadCodec | None = None
+) -> Measurement:
     """W3: one workflow of ``steps`` no-op inline steps; also how the per-step time of
-    the last tenth of the run compares with the first tenth."""
+    the last tenth of the run compares with the first tenth (``codec``: as in W1)."""
     stamps: list[float] = []
     async with open_store(kind, uri, "w3") as (store, counter, _):
-        engine = Engine(store)
+        engine = Engine(store, codec=codec)
         register_inline(engine, stamps)
         async with engine:
             _reset(counter)

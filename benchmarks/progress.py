@@ -47,6 +47,8 @@ def plan_units(sizes: Sizes, workloads: list[str], systems: list[str]) -> int:
     for w in workloads:
         if w in ("W1", "W2", "W3", "W4"):
             units += reps * (len(systems) + (w == "W1" and "mongo" in systems))
+            if w in ("W1", "W3"):  # the codec rows (not on DBOS)
+                units += reps * (("memory" in systems) + ("mongo" in systems))
         elif w == "W5":
             units += reps * (
                 ("memory" in systems) + ("mongo" in systems) * (len(sizes.w5_workers) + 2)

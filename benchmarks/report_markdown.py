@@ -44,6 +44,36 @@ def _two(s: Summary | None, first: str, second: str) -> str:
     return f"{num(s.extra.get(first, 0))} ({num(s.extra.get(second, 0))})"
 
 
+def _sealed_row(r: Results, workload: str, label: str) -> list[Row]:
+    """The row of ``workload`` with every value sealed by ``AesGcmCodec`` (its "codec"
+    variant): client CPU per step, and its ratio to the plain run's (the codec's cost)."""
+    sealed = [r.get(workload, system, "codec") for system in ("memory", "mongo")]
+    if all(s is None for s in sealed):
+        return []
+
+    def cpu(s: Summary | None) -> float | None:
+        return None if s is None or not s.steps else s.extra.get("cpu_s", 0) * 1000 / s.steps
+
+    def shown(s: Summary | None, system: str) -> str:
+        mine, plain = cpu(s), cpu(r.get(workload, system))
+        if mine is None:
+            return "n/a"
+        return num(mine) + (f" ({X}{mine / plain:.2f})" if plain else "")
+
+    return [
+        (
+            label,
+            "client CPU ms per step (÷ plain)",
+            shown(sealed[0], "memory"),
+            shown(sealed[1], "mongo"),
+            "—",
+            "—",
+            "—",
+            _cmds(sealed[1]),
+        )
+    ]
+
+
 def _rows(r: Results) -> list[Row]:
     z = r.sizes
     rows: list[Row] = []
@@ -80,6 +110,7 @@ def _rows(r: Results) -> list[Row]:
                 _cmds(held),
             )
         )
+    rows += _sealed_row(r, "W1", "W1 with every value sealed by AesGcmCodec")
     # W2: throughput.
     mem, mongo, dbos = trio("W2")
     rows.append(
@@ -114,6 +145,8 @@ def _rows(r: Results) -> list[Row]:
             _cmds(mongo),
         )
     )
+
+    rows += _sealed_row(r, "W3", "W3 with every value sealed by AesGcmCodec")
 
     # W4: timer overhead.
     def over(s: Summary | None) -> float | None:

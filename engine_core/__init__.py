@@ -19,6 +19,7 @@ from engine_core.common.status import (
 )
 from engine_core.engine import Engine
 from engine_core.errors import (
+    CodecError,
     DuplicateRunError,
     EngineError,
     InvalidDurationError,
@@ -42,6 +43,7 @@ from engine_core.errors import (
     StreamTooLargeError,
     UpdateAlreadyAnsweredError,
     UpdateRejectedError,
+    ValueTooLargeError,
     WorkflowDeadlineExceededError,
     WorkflowNotRegisteredError,
     WorkflowRunCancelledError,
@@ -63,6 +65,7 @@ from engine_core.tracing import TraceIdFilter
 __all__ = [
     "UNCHANGED",
     "BulkReport",
+    "CodecError",
     "Divergence",
     "DuplicateRunError",
     "Engine",
@@ -102,6 +105,7 @@ __all__ = [
     "UpdateAlreadyAnsweredError",
     "UpdateRejectedError",
     "UpdateRequest",
+    "ValueTooLargeError",
     "Worker",
     "WorkflowContext",
     "WorkflowDeadlineExceededError",

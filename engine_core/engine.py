@@ -17,8 +17,11 @@ from types import TracebackType
 from typing import Any, TypeVar, overload
 
 from engine_core.common.clock import REAL_CLOCK, Clock
+from engine_core.codecs.payload import PayloadCodec
+from engine_core.codecs.sealed_store import sealed
+from engine_core.codecs.sealing import check_decoded
 from engine_core.common.convert import declared_return, from_json
-from engine_core.common.durations import Duration, parse_duration
+from engine_core.common.durations import Duration, check_retention, parse_duration
 from engine_core.common.options import check_order
 from engine_core.common.runtime import EngineConfig
 from engine_core.common.status import (
@@ -36,7 +39,7 @@ from engine_core.common.values import (
     check_prefix,
     check_run_id,
 )
-from engine_core.errors import StoreUnavailableError
+from engine_core.errors import InvalidOptionError, StoreUnavailableError
 from engine_core.fleet.recovery import RecoveryReport, WorkflowRecovery
 from engine_core.flow.debounce import check_debounce, check_on_duplicate
 from engine_core.flow.queue_figures import queue_figures
@@ -49,7 +52,7 @@ from engine_core.front.schedule_api import ScheduleApi
 from engine_core.front.starting import start_run
 from engine_core.front.talk_api import TalkApi
 from engine_core.mirror import RunMirror
-from engine_core.records import TERMINAL, Worker
+from engine_core.records import TERMINAL, RunRecord, Worker
 from engine_core.run.replay_check import replay_check
 from engine_core.run.results import outcome
 from engine_core.run.stream_reader import read_stream
@@ -82,6 +85,8 @@ class Engine(ScheduleApi, RepairApi, TalkApi):
         pin_versions: bool = False,
         clock: Clock | None = None,
         always_replay: bool = False,
+        codec: PayloadCodec | None = None,
+        retention: Duration | None = None,
     ) -> None:
         """Options in seconds or duration strings (docs/guides/recovery.md). ``clock``: where
         every time the engine and an in-memory store read comes from (the real clock by
@@ -89,7 +94,16 @@ class Engine(ScheduleApi, RepairApi, TalkApi):
         A store that cannot follow it raises ``ValueError`` (MongoStore, for a virtual
         clock). ``always_replay``: every pass ends after each step it records and the
         next replays the body from the top, so a workflow that is not deterministic fails
-        its tests with :class:`NonDeterminismError`."""
+        its tests with :class:`NonDeterminismError`. ``codec``: a
+        :class:`~engine_core.codecs.PayloadCodec` applied to every user value at rest
+        (docs/guides/data-at-rest.md); ``retention``: how long an ended run and all it
+        owns are kept (a duration; None: until pruned), unless its workflow says
+        otherwise (``@engine.workflow(..., retention=...)``)."""
+        if codec is not None and not isinstance(codec, PayloadCodec):
+            raise InvalidOptionError(
+                f"codec must have encode(bytes) and decode(bytes) methods, not {codec!r}"
+            )
+        store = sealed(store, codec)
         self.store = store
         self.mirror = mirror
         self.config = EngineConfig.of(
@@ -101,6 +115,7 @@ class Engine(ScheduleApi, RepairApi, TalkApi):
             shutdown_grace=shutdown_grace,
             store_timeout=store_timeout,
             always_replay=always_replay,
+            retention=retention,
         )
         chosen = REAL_CLOCK if clock is None else clock
         store.follow_clock(chosen)  # a store that cannot follow it refuses it here
@@ -141,15 +156,19 @@ class Engine(ScheduleApi, RepairApi, TalkApi):
 
     # ---- registration ------------------------------------------------------------
 
-    def workflow(self, name: str, *, version: str | None = None) -> Callable[[F], F]:
+    def workflow(
+        self, name: str, *, version: str | None = None, retention: Duration | None = None
+    ) -> Callable[[F], F]:
         """Register ``async def fn(ctx, input)`` as the workflow ``name``; ``version`` is
-        a label stored on every run it starts (``RunStatus.version``)."""
+        a label stored on every run it starts (``RunStatus.version``); ``retention``: how
+        long its runs are kept once ended (a duration), instead of the engine's."""
         if version is not None:
             check_name(version, "workflow version")
         check_name(name, "workflow name")
+        kept = check_retention(retention)
 
         def register(fn: F) -> F:
-            self._host.register_workflow(name, fn, version=version)
+            self._host.register_workflow(name, fn, version=version, retention=kept)
             return fn
 
         return register
@@ -302,7 +321,12 @@ class Engine(ScheduleApi, RepairApi, TalkApi):
             self._call(lambda: self.store.list_values(run_id)),
         )
         status = fold_status(run, steps)
-        return replace(status, forks=len(forks), values={v.key: v.value for v in values})
+        check_decoded(status.input, status.output, status.error)
+        for step in status.steps.values():
+            check_decoded(step.result, step.error)
+        published = {v.key: v.value for v in values}
+        check_decoded(*published.values())
+        return replace(status, forks=len(forks), values=published)
 
     def read_stream(
         self, run_id: str, key: str, offset: int = 0, timeout: Duration | None = None
@@ -319,7 +343,9 @@ class Engine(ScheduleApi, RepairApi, TalkApi):
             self._call(lambda: self._control.get(run_id)),
             self._call(lambda: self.store.load_steps(run_id)),
         )
-        return timeline(run, steps)
+        entries = timeline(run, steps)
+        check_decoded(*(e.error for e in entries))
+        return entries
 
     async def list_runs(
         self,
@@ -359,7 +385,7 @@ class Engine(ScheduleApi, RepairApi, TalkApi):
                 order=order,
             )
         )
-        return [fold_status(r, None) for r in runs]
+        return _listed(runs)
 
     @overload
     async def result(self, run_id: str, timeout: float | None = None, *, returns: type[T]) -> T: ...
@@ -505,7 +531,15 @@ class Engine(ScheduleApi, RepairApi, TalkApi):
         """The child runs of the run, ordered by id (without their steps)."""
         check_run_id(run_id)
         children = await self._call(lambda: self.store.list_child_runs(run_id))
-        return [fold_status(r, None) for r in sorted(children, key=lambda r: r.run_id)]
+        return _listed(sorted(children, key=lambda r: r.run_id))
 
 
 _T = TypeVar("_T")
+
+
+def _listed(runs: list[RunRecord]) -> list[RunStatus]:
+    """Runs as a list shows them (without steps); a value this process cannot decode
+    raises :class:`~engine_core.CodecError` (outside ``showing_undecodable()``)."""
+    for run in runs:
+        check_decoded(run.input, run.output, run.error)
+    return [fold_status(r, None) for r in runs]

@@ -72,6 +72,13 @@ class NotSerializableError(EngineError, TypeError):
     """A value that has to be checkpointed is not JSON/BSON-serialisable."""
 
 
+class CodecError(EngineError, ValueError):
+    """A codec (``Engine(codec=...)``, see ``engine_core.codecs``) could not decode a
+    stored value (for ``AesGcmCodec``: a key id it does not hold, or data that fails
+    authentication), or was built with keys it cannot use. The message names the key id;
+    add the key to the codec's ``keys`` (rotation keeps old keys for decoding)."""
+
+
 class InvalidDurationError(EngineError, ValueError):
     """A duration could not be understood."""
 
@@ -116,6 +123,14 @@ class RecordTooLargeError(EngineError, ValueError):
     written, and the same write would be refused again. Stores raise a subclass (for
     MongoDB, ``pikku_mongo.errors.DocumentTooLargeError``); a step whose outcome is
     refused fails with it."""
+
+
+class ValueTooLargeError(NotSerializableError, RecordTooLargeError):
+    """A value is larger than the store keeps in one value (``MongoStore(max_value=...)``,
+    256 MiB by default; as JSON, before a codec). Nothing was written: a larger input,
+    payload or event raises it at the call; a larger step result fails its step, not
+    retried (the same result would be refused again). Store large data elsewhere and
+    checkpoint a reference to it."""
 
 
 class QueueNotDeclaredError(EngineError, ValueError):

@@ -36,6 +36,32 @@ FAILED_ENDINGS: frozenset[str] = frozenset({"failed", "compensated", "compensati
 STOPPABLE: tuple[RunState, ...] = ("queued", "running", "suspended")
 
 
+class Unread(str):
+    """A stored value a read did not give back, shown as its text: one this process
+    cannot decode ("encrypted"), or one a list left where the store keeps it apart
+    ("offloaded, N bytes"). A write of a record holding it stores what was stored
+    (``stored``), unchanged."""
+
+    stored: Any
+
+    def __new__(cls, text: str, stored: Any = None) -> Unread:
+        shown = super().__new__(cls, text)
+        shown.stored = shown if stored is None else stored
+        return shown
+
+    # Copied records share it (a copy would call ``__new__`` with its text alone).
+    def __copy__(self) -> Unread:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Unread:
+        return self
+
+
+class Apart(Unread):
+    """A value a store keeps apart from its record (MongoStore: in GridFS, past its
+    ``offload_over``), referenced from it; the store's ``fetch_values`` gives it back."""
+
+
 #: Patch markers are keyed apart from steps (a step's name has its ``:`` escaped in its
 #: key): ``patched:`` and the patch id.
 PATCH_PREFIX = "patched:"
@@ -113,6 +139,13 @@ class RunRecord:
     #: A debounced start's key (``engine.start(debounce_key=...)``): the run is the
     #: pending run of its (workflow, key) until its delay (``not_before``) is released.
     debounce_key: str | None = None
+    #: How long the run is kept once it ended (seconds; None: for ever), as the process
+    #: that started it knew: the process that ends it may know better (its workflow's
+    #: ``retention=``). See docs/guides/data-at-rest.md.
+    retention: float | None = None
+    #: When the run (ended) may be deleted with all it owns; None while it has not ended
+    #: or when it is kept for ever.
+    expire_at: datetime | None = None
 
 
 @dataclass

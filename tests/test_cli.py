@@ -122,7 +122,15 @@ async def test_retry_a_failed_run(cli: Cli, engine_on: Engine) -> None:
 
 async def test_recover_and_prune(cli: Cli, engine_on: Engine) -> None:
     report = as_json(cli("recover", "--json"))
-    assert set(report) == {"skipped", "woken", "rearmed", "redispatched", "resumed", "runs"}
+    assert set(report) == {
+        "skipped",
+        "woken",
+        "rearmed",
+        "redispatched",
+        "resumed",
+        "expired",
+        "runs",
+    }
     assert "recovery:" in cli("recover").stdout
     async with engine_on:
         run_id = await engine_on.start("cli-wf", "ok")

@@ -145,6 +145,7 @@ def test_doctor_after_init(doctor_uri: str, nx_uri: str) -> None:
         "change streams": "ok",
         "indexes": "ok",
         "TTL index": "ok",
+        "retention": "ok",
         "clock": "ok",
         "storage format": "ok",
         "unique indexes": "ok",
@@ -164,6 +165,7 @@ def test_doctor_after_init(doctor_uri: str, nx_uri: str) -> None:
     assert checks["change streams"]["change_streams"] is True
     assert checks["indexes"]["missing"] == []
     assert checks["TTL index"]["expire_after_seconds"] == 86400
+    assert checks["retention"]["ttl_monitor"] is False  # the recovery pass sweeps
     assert abs(checks["clock"]["offset_s"]) < 0.1 and checks["clock"]["max_clock_skew_s"] == 1.0
 
 

@@ -17,11 +17,13 @@ from engine_core import (
     InvalidRunIdError,
     NotSerializableError,
     RunNotFoundError,
+    ValueTooLargeError,
     WorkflowContext,
     WorkflowNotRegisteredError,
     WorkflowRunFailedError,
     current_step,
 )
+from engine_core.memory import InMemoryStore
 
 
 def register_double(engine: Engine) -> None:
@@ -217,22 +219,45 @@ async def test_list_runs_filters_and_pages(engine: Engine) -> None:
         await engine.list_runs(order="sideways")
 
 
-async def test_a_value_over_the_document_limit_fails_that_step_clearly(engine: Engine) -> None:
+async def test_a_value_over_the_document_limit_is_kept_whole(engine: Engine) -> None:
+    """A step result past MongoDB's 16 MiB for one document (MongoStore keeps it in
+    GridFS, docs/guides/data-at-rest.md) completes and reads back whole."""
+    big = "x" * (16 * 1024 * 1024 + 10)
+
+    @engine.workflow("huge")
+    async def huge(ctx: WorkflowContext, data: Any) -> int:
+        await ctx.step("small", lambda: "fine")
+        return len(await ctx.step("big", lambda: big))
+
+    async with engine:
+        run_id = await engine.start("huge")
+        assert await engine.result(run_id, timeout=60) == len(big)
+    status = await engine.status(run_id)
+    assert status.steps["small"].result == "fine" and status.steps["big"].result == big
+
+
+async def test_a_value_past_max_value_fails_that_step_clearly() -> None:
+    """In memory as on MongoDB (tests/mongo/test_offload.py): a step result past the
+    store's ``max_value`` fails that step, not retried; a larger input raises at the
+    call."""
+    engine = Engine(InMemoryStore(max_value="1MiB"))
+
     @engine.workflow("huge")
     async def huge(ctx: WorkflowContext, data: Any) -> None:
         await ctx.step("small", lambda: "fine")
-        await ctx.step("big", lambda: "x" * (16 * 1024 * 1024 + 10))
+        await ctx.step("big", lambda: "x" * (2 * 1024 * 1024), retries=3)
 
     async with engine:
+        with pytest.raises(ValueTooLargeError, match="over the store's limit"):
+            await engine.start("huge", "y" * (2 * 1024 * 1024))
         run_id = await engine.start("huge")
         with pytest.raises(WorkflowRunFailedError, match=r"result of step 'big' is .* bytes"):
             await engine.result(run_id, timeout=30)
     status = await engine.status(run_id)
-    assert status.status == "failed"
-    assert status.steps["small"].result == "fine"
+    assert status.status == "failed" and status.steps["small"].result == "fine"
     big = status.steps["big"]
-    assert big.status == "failed" and big.error is not None
-    assert big.error["type"] == "NotSerializableError" and "16 MiB" in big.error["message"]
+    assert big.status == "failed" and big.error is not None and big.attempts == 1
+    assert big.error["type"] == "ValueTooLargeError" and "max_value" in big.error["message"]
 
 
 @pytest.mark.parametrize("bad", [{"$ne": 1}, {"$gt": ""}, 5, ""])

@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 #: strictly below its own.
 LAYERS: list[set[str]] = [
     {"errors", "records", "common.tasks", "common.clock", "tracing", "metrics"},
-    {"streams"},
+    {"streams", "codecs.payload", "codecs.aes_gcm"},
+    {"codecs.sealing"},
     {
         "store.runs",
         "store.flow",
@@ -40,6 +41,7 @@ LAYERS: list[set[str]] = [
     },
     {
         "common.durations",
+        "common.sizes",
         "common.values",
         "common.options",
         "store",
@@ -48,6 +50,9 @@ LAYERS: list[set[str]] = [
         "fleet.timers",
         "common.outages",
     },
+    {"codecs.apart"},
+    {"codecs.sealed_store"},
+    {"codecs"},
     {
         "run.mismatch",
         "fleet.schemas",
@@ -110,6 +115,7 @@ LAYERS: list[set[str]] = [
         "testing.fork_cases",
         "testing.stream_cases",
         "testing.talk_cases",
+        "testing.retention_cases",
     },
     {"testing.conformance"},
     {"testing"},
@@ -147,6 +153,7 @@ WINGS: list[str] = [
     "base",
     "store",
     "common",
+    "codecs",
     "memory",
     "testing",
     "run",
@@ -174,6 +181,7 @@ MONGO_LAYERS: list[set[str]] = [
     },
     {"wire.journal_text", "wire.server", "wire.skew", "wire.watch", "wire.flow_fields"},
     {"wire.documents", "wire.retry"},
+    {"wire.event_docs"},
     {"wire.shard_keys"},
     {"wire.filters"},
     {"wire"},
@@ -187,6 +195,7 @@ MONGO_LAYERS: list[set[str]] = [
     {"store.lease_ops", "store.event_ops", "store.fork_ops", "store.listing", "store.value_ops"},
     {"store.schedule_ops", "store.stream_ops", "store.job_index", "store.line_index"},
     {"store.dedup_ops", "store.targeting", "store.key_ops", "store.update_ops"},
+    {"store.offload_ops", "store.owned"},
     {"store.runs_part"},
     {"store.prune_ops"},
     {"store.migrations", "store.queue_ops", "store.run_ops", "store.step_ops"},

@@ -52,6 +52,17 @@ def parse_duration(value: object, *, what: str = "duration") -> float:
     return seconds
 
 
+def check_retention(retention: Duration | None) -> float | None:
+    """A ``retention`` as seconds (None: runs are kept for ever): a duration longer than
+    zero, else :class:`~engine_core.InvalidDurationError` (a ``ValueError``)."""
+    if retention is None:
+        return None
+    seconds = parse_duration(retention, what="retention")
+    if seconds <= 0:
+        raise InvalidDurationError(f"retention must be longer than zero, not {retention!r}")
+    return seconds
+
+
 EXPONENTIAL = "exponential"
 EXPONENTIAL_BASE_S = 1.0
 EXPONENTIAL_CAP_S = 300.0

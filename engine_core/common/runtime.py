@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from engine_core.common.clock import Clock
-from engine_core.common.durations import Duration, parse_duration
+from engine_core.common.durations import Duration, check_retention, parse_duration
 from engine_core.common.outages import Outages
 from engine_core.mirror import RunMirror
 from engine_core.records import RunRecord, StepRecord, UpdateRecord
@@ -42,6 +42,8 @@ class EngineConfig:
     #: Every pass ends after each step it records, and the next replays the body from
     #: the top (``Engine(always_replay=True)``: non-determinism shows in tests).
     always_replay: bool = False
+    #: How long an ended run is kept (``Engine(retention=...)``), None: for ever.
+    retention: float | None = None
 
     @classmethod
     def of(
@@ -55,6 +57,7 @@ class EngineConfig:
         shutdown_grace: Duration | None,
         store_timeout: Duration,
         always_replay: bool = False,
+        retention: Duration | None = None,
     ) -> EngineConfig:
         """The options as ``Engine`` takes them (seconds or duration strings), checked."""
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
@@ -76,6 +79,7 @@ class EngineConfig:
             shutdown_grace=grace,
             store_timeout=parse_duration(store_timeout, what="store_timeout"),
             always_replay=bool(always_replay),
+            retention=check_retention(retention),
         )
 
 
@@ -137,6 +141,11 @@ class Runtime(Protocol):
 
     def workflow_version(self, name: str) -> str | None:
         """The ``version=`` label the workflow was registered with, if any."""
+
+    def retention(self, workflow: str, stored: float | None = None) -> float | None:
+        """How long a run of ``workflow`` is kept once it ended (seconds; None: for
+        ever): the workflow's ``retention=`` where registered here, else ``stored`` (what
+        the run was started with), else the engine's ``retention=``."""
 
     def drives_version(self, run: RunRecord) -> bool:
         """Whether this process may drive ``run`` (``pin_versions``: only the runs of

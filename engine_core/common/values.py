@@ -15,13 +15,30 @@ from engine_core.errors import (
     InvalidNameError,
     InvalidRunIdError,
     NotSerializableError,
+    ValueTooLargeError,
 )
 
 MAX_RUN_ID_LENGTH = 200
 MAX_NAME_LENGTH = 500
 _INT64 = 2**63
-# Leaves room under MongoDB's 16 MiB document limit for the rest of the document.
+# Leaves room under MongoDB's 16 MiB document limit for the rest of the document: the
+# largest value of a store that does not say (``max_value_bytes``) what it keeps.
 MAX_VALUE_BYTES = 15 * 1024 * 1024
+
+
+def value_limit(store: object) -> int:
+    """The largest value (characters of JSON) ``store`` keeps: its ``max_value_bytes``
+    (MongoStore's ``max_value``; values past its documents' room go elsewhere), else
+    :data:`MAX_VALUE_BYTES`."""
+    limit = getattr(store, "max_value_bytes", None)
+    return limit if isinstance(limit, int) else MAX_VALUE_BYTES
+
+
+def record_limit(store: object) -> int | None:
+    """What values kept in one record together may take (see :func:`check_fits`), or
+    None when ``store`` keeps large values outside its records (it says its
+    ``max_value_bytes``)."""
+    return None if isinstance(getattr(store, "max_value_bytes", None), int) else MAX_VALUE_BYTES
 
 
 def check_run_id(run_id: object) -> str:
@@ -87,8 +104,10 @@ def _check(value: Any, path: str) -> None:
 _SCALARS = frozenset({bool, int, float, str})
 
 
-def to_stored(value: Any, what: str) -> Any:
-    """Return a fresh JSON-shaped copy of ``value`` or raise :class:`NotSerializableError`.
+def to_stored(value: Any, what: str, limit: int = MAX_VALUE_BYTES) -> Any:
+    """Return a fresh JSON-shaped copy of ``value`` or raise :class:`NotSerializableError`
+    (:class:`ValueTooLargeError` for one past ``limit`` characters of JSON: see
+    :func:`value_limit`).
 
     ``what`` names the value in the message (for example ``"result of step 'charge'"``).
     The copy keeps a caller's later mutation from changing what was checkpointed, and
@@ -96,7 +115,7 @@ def to_stored(value: Any, what: str) -> Any:
     """
     if value is None or type(value) in _SCALARS:
         _check(value, what)  # a scalar is its own copy; no JSON round trip needed
-        if type(value) is not str or len(value) <= MAX_VALUE_BYTES // 6:
+        if type(value) is not str or len(value) <= limit // 6:
             return value
     converted = False
     try:
@@ -112,11 +131,12 @@ def to_stored(value: Any, what: str) -> Any:
         raise NotSerializableError(
             f"{what} is nested too deeply to checkpoint; flatten it"
         ) from None
-    if len(text) > MAX_VALUE_BYTES:
-        raise NotSerializableError(
-            f"{what} is {len(text)} bytes as JSON, over the {MAX_VALUE_BYTES} byte limit "
-            "(a MongoDB document holds at most 16 MiB); store large data elsewhere and "
-            "checkpoint a reference to it"
+    if len(text) > limit:
+        raise ValueTooLargeError(
+            f"{what} is {len(text)} bytes as JSON, over the store's limit of {limit} bytes "
+            "for one value (MongoStore(max_value=...), 256 MiB by default; 15 MiB for a "
+            "store that does not say); store large data elsewhere and checkpoint a "
+            "reference to it"
         )
     return value if converted else json.loads(text)
 
@@ -134,17 +154,35 @@ def stored_size(*values: Any) -> int:
     return size
 
 
+#: About what a reference to a value a store keeps apart takes in its record.
+_REFERENCE_SIZE = 128
+
+
+def held_size(store: object, *values: Any) -> int:
+    """About how many characters ``values`` take in ``store``'s record: as
+    :func:`stored_size`, but a value past the store's ``offload_over_bytes`` (kept
+    apart, referenced from the record) as a reference."""
+    over = getattr(store, "offload_over_bytes", None)
+    if not isinstance(over, int):
+        return stored_size(*values)
+    sizes = [stored_size(v) for v in values]
+    return sum(_REFERENCE_SIZE if size > over else size for size in sizes)
+
+
 _URL_NAMESPACE = uuid.NAMESPACE_URL.bytes
 
 
-def check_fits(what: str, *values: Any) -> None:
+def check_fits(what: str, *values: Any, limit: int | None = MAX_VALUE_BYTES) -> None:
     """Values kept in one stored record together (a run's input and output, a job's
-    payload and result) must fit it together: :class:`NotSerializableError` if not."""
+    payload and result) must fit it together (``limit``, see :func:`record_limit`; None:
+    the store keeps large values apart): :class:`ValueTooLargeError` if not."""
+    if limit is None:
+        return
     total = stored_size(*values)
-    if total > MAX_VALUE_BYTES:
-        raise NotSerializableError(
+    if total > limit:
+        raise ValueTooLargeError(
             f"{what} is {total} bytes as JSON with what is stored beside it, over the "
-            f"{MAX_VALUE_BYTES} byte limit of one record; store large data elsewhere and "
+            f"{limit} byte limit of one record; store large data elsewhere and "
             "checkpoint a reference to it"
         )
 

@@ -23,6 +23,7 @@ from engine_core.common.journal import merged_steps
 from engine_core.common.outages import LAST_WAIT_S
 from engine_core.common.periodic import Periodic
 from engine_core.common.runtime import Runtime
+from engine_core.errors import CodecError
 from engine_core.records import TERMINAL, RunRecord, StepPage, StepRecord
 from engine_core.run.control import RunControl
 from engine_core.run.leases import holding
@@ -33,6 +34,8 @@ log = logging.getLogger("engine_core.fleet.recovery")
 RECOVERY_LEASE = "workflow-recovery"
 PAGE_SIZE = 500
 RUN_BATCH = 500
+#: Batches of expired runs one pass deletes at most (``RUN_BATCH`` each).
+EXPIRE_BATCHES = 10
 BACKOFF_START_S = 30.0
 BACKOFF_MAX_S = 600.0
 BACKOFF_MAX_ENTRIES = 10_000
@@ -55,6 +58,8 @@ class RecoveryReport:
     rearmed: int = 0
     redispatched: int = 0
     resumed: int = 0
+    #: Ended runs past their retention deleted (or made ready for the store to delete).
+    expired: int = 0
     skipped: bool = False
     runs: list[str] = field(default_factory=list)
 
@@ -72,10 +77,11 @@ class RecoveryReport:
 
     def summary(self) -> str:
         """The counts as one line of text."""
-        return (
+        line = (
             f"{self.woken} sleeps woken, {self.rearmed} re-armed, "
             f"{self.redispatched} steps re-dispatched, {self.resumed} runs resumed"
         )
+        return line + (f", {self.expired} ended runs expired" if self.expired else "")
 
 
 class RedispatchBackoff:
@@ -172,6 +178,7 @@ class WorkflowRecovery:
             # Forks whose forker died between its writes (see ``Store.fork_run``).
             forked_before = runtime.clock.now() - timedelta(seconds=FORK_GRACE_S)
             await self.store.clean_forks(forked_before)
+            await self._expire(report)
             await metrics.measure_queues(self.store.queue_names, self.store.count_queue)
         metrics.recovered(
             {
@@ -179,11 +186,21 @@ class WorkflowRecovery:
                 "rearmed": report.rearmed,
                 "redispatched": report.redispatched,
                 "resumed": report.resumed,
+                "expired": report.expired,
             }
         )
-        if report.total:
+        if report.total or report.expired:
             log.info("workflow recovery: %s", report.summary())
         return report
+
+    async def _expire(self, report: RecoveryReport) -> None:
+        """Retention: ended runs past their ``expire_at``, up to ``EXPIRE_BATCHES``
+        batches a pass (the rest at the next)."""
+        for _ in range(EXPIRE_BATCHES):
+            done = await self.store.expire_runs(utcnow(), RUN_BATCH)
+            report.expired += done
+            if done < RUN_BATCH:
+                return
 
     async def _owe(self, run_ids: Iterable[str]) -> list[str]:
         """Give these runs a pass: when serving, as many as this process can drive soon
@@ -291,7 +308,11 @@ class WorkflowRecovery:
         before = self.runtime.clock.now() - timedelta(seconds=self.runtime.config.stalled_after)
         stalled = []
         for run in await self.store.find_idle_runs(before, RUN_BATCH):
-            steps = merged_steps(run, await self.store.load_steps(run.run_id))
+            try:
+                steps = merged_steps(run, await self.store.load_steps(run.run_id))
+            except CodecError as exc:  # a key this process lacks: one that has it resumes it
+                log.warning("run %s looks stalled but cannot be read here: %s", run.run_id, exc)
+                continue
             if any(s.status == "scheduled" or s.status == "running" for s in steps):
                 continue  # parked on purpose; the scheduled sweep and the queue own it
             stalled.append(run)

@@ -16,7 +16,7 @@ from engine_core.common.convert import declared_parameter, from_json
 from engine_core.common.durations import retry_delay_seconds
 from engine_core.common.runtime import Runtime, StepFn
 from engine_core.common.tasks import abandon, cancel_and_wait, wait_event
-from engine_core.common.values import check_fits, idempotency_key
+from engine_core.common.values import check_fits, idempotency_key, record_limit, value_limit
 from engine_core.errors import StoreUnavailableError
 from engine_core.mirror import mirror_step
 from engine_core.records import StepRecord
@@ -321,8 +321,10 @@ class Worker:
                     timeout=job.timeout,
                     traceparent=job.traceparent,
                     attributes=attributes,
+                    limit=value_limit(self.store),
                 )
-                check_fits(f"result of step {job.key!r}", job.payload, result)
+                what = f"result of step {job.key!r}"
+                check_fits(what, job.payload, result, limit=record_limit(self.store))
         return result
 
     async def _attempt_failed(

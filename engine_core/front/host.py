@@ -78,6 +78,8 @@ class Host:
         # only runs of these versions.
         self._versions: dict[str, str | None] = {}
         self._pin_versions = pin_versions
+        # Each workflow's own ``retention=`` (seconds), where it has one.
+        self._retention: dict[str, float] = {}
         self._step_functions: dict[str, StepFn] = {}
         self._queues: dict[str, QueueLimits] = {}
         self._queue_slots = QueueSlots(self._queues)
@@ -231,11 +233,16 @@ class Host:
 
     # ---- what this process serves --------------------------------------------------
 
-    def register_workflow(self, name: str, fn: WorkflowFn, *, version: str | None) -> None:
-        """Serve ``fn`` as the workflow ``name``; ``version``: the label its runs carry
-        (the same function again is fine; another under a taken name, ``ValueError``)."""
+    def register_workflow(
+        self, name: str, fn: WorkflowFn, *, version: str | None, retention: float | None = None
+    ) -> None:
+        """Serve ``fn`` as the workflow ``name``; ``version``: the label its runs carry;
+        ``retention``: how long its ended runs are kept, seconds (the same function
+        again is fine; another under a taken name, ``ValueError``)."""
         _register(self._workflows, name, fn, "workflow")
         self._versions[name] = version
+        if retention is not None:
+            self._retention[name] = retention
 
     def register_step_function(self, name: str, fn: StepFn) -> None:
         """Serve ``fn`` as the step function ``name`` (as :meth:`register_workflow`)."""
@@ -313,6 +320,13 @@ class Host:
     def workflow_version(self, name: str) -> str | None:
         """The ``version=`` label of the workflow ``name`` registered here, or None."""
         return self._versions.get(name)
+
+    def retention(self, workflow: str, stored: float | None = None) -> float | None:
+        """How long an ended run of ``workflow`` is kept (see ``Runtime.retention``)."""
+        own = self._retention.get(workflow)
+        if own is not None:
+            return own
+        return stored if stored is not None else self._config.retention
 
     def drives_version(self, run: RunRecord) -> bool:
         """Whether this process drives ``run``: always, unless ``pin_versions`` and the

@@ -10,7 +10,13 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from engine_core.common.status import ForkPlan
-from engine_core.common.values import check_moment, check_name, check_run_id, to_stored
+from engine_core.common.values import (
+    check_moment,
+    check_name,
+    check_run_id,
+    to_stored,
+    value_limit,
+)
 from engine_core.errors import InvalidRunIdError
 from engine_core.front.host import Host
 from engine_core.front.starting import announce, check_input
@@ -84,8 +90,8 @@ class RepairApi:
         run = run or await self._control.get(run_id)
         if input is not UNCHANGED:
             if run.workflow in host.workflows:
-                check_input(host.workflows[run.workflow], run.workflow, input)
-            input = to_stored(input, f"input of workflow {run.workflow!r}")
+                check_input(host.workflows[run.workflow], run.workflow, input, value_limit(store))
+            input = to_stored(input, f"input of workflow {run.workflow!r}", value_limit(store))
         fork, steps = plan_fork(
             run,
             await store.load_steps(run.run_id),

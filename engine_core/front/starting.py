@@ -15,7 +15,13 @@ import engine_core.common.lifecycle_log as lifecycle_log
 from engine_core.common.clock import real_seconds
 from engine_core.common.convert import declared_parameter
 from engine_core.common.durations import Duration
-from engine_core.common.values import check_name, check_run_id, to_stored
+from engine_core.common.values import (
+    MAX_VALUE_BYTES,
+    check_name,
+    check_run_id,
+    to_stored,
+    value_limit,
+)
 from engine_core.errors import DuplicateRunError, InvalidRunIdError, StoreUnavailableError
 from engine_core.fleet.schemas import check_input_schema
 from engine_core.flow.debounce import Debounce
@@ -128,8 +134,9 @@ async def _planned(
     name against what the fleet serves; ``queue`` declared here or by the fleet."""
     local = workflow in host.workflows
     version = host.workflow_version(workflow)
+    limit = value_limit(host.store)
     if local:
-        check_input(host.workflows[workflow], workflow, input)
+        check_input(host.workflows[workflow], workflow, input, limit)
     else:
         # A client by name: some live worker must serve it. The run takes the version
         # of the one that started last (so a pinned fleet drives it) and the input is
@@ -138,7 +145,7 @@ async def _planned(
         names = list(host.workflows)
         serving = await call(lambda: host.fleet.serving(workflow, names))
         version = serving.workflow_versions.get(workflow)
-        stored = to_stored(input, f"input of workflow {workflow!r}")
+        stored = to_stored(input, f"input of workflow {workflow!r}", limit)
         check_input_schema(workflow, serving.input_schemas.get(workflow), stored)
     queues = host.queues
     queue = flow["queue"]
@@ -149,8 +156,9 @@ async def _planned(
         if found is not None:
             queues = {**queues, queue: limits_of(queue, found)}
     run = new_run(workflow, input, run_id=run_id, started_by=host.instance_id, queues=queues,
-                  now=host.clock.now(), **flow)  # fmt: skip
+                  now=host.clock.now(), limit=limit, **flow)  # fmt: skip
     run.version = version
+    run.retention = host.retention(workflow)
     adopt = may_adopt and local and run.status == "running" and host.room_to_adopt() > 0
     if adopt:
         hold_first_pass(run, host.instance_id, host.config.lease_ttl)
@@ -249,13 +257,19 @@ async def record_for_fleet(
         started_by=host.instance_id,
         queues=host.queues,
         now=host.clock.now(),
+        limit=value_limit(host.store),
     )
+    run.retention = host.retention(workflow)
     await call(lambda: host.store.insert_run(run))
     return run_id
 
 
-def check_input(fn: Callable[..., Any], workflow: str, input: Any) -> None:
-    """``input`` must fit the type ``fn`` declares for it: :class:`InvalidInputError`."""
+def check_input(
+    fn: Callable[..., Any], workflow: str, input: Any, limit: int = MAX_VALUE_BYTES
+) -> None:
+    """``input`` must fit the type ``fn`` declares for it: :class:`InvalidInputError`
+    (and be no larger than ``limit``: :class:`ValueTooLargeError`)."""
     declared = declared_parameter(fn, 1)
     if declared is not None:
-        read_input(workflow, to_stored(input, f"input of workflow {workflow!r}"), declared)
+        stored = to_stored(input, f"input of workflow {workflow!r}", limit)
+        read_input(workflow, stored, declared)

@@ -195,6 +195,7 @@ class FlowMemory:
         stored.status = run.status
         stored.pending_pass = run.pending_pass
         stored.not_before = None
+        stored.expire_at = None  # live again: kept until it ends again
         stored.deadline_at = run.deadline_at
         stored.deadline_s = run.deadline_s
         stored.updated_at = self.clock.now()

@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from engine_core.common.clock import REAL_CLOCK
+from engine_core.common.sizes import parse_size
 from engine_core.errors import DuplicateRunError
 from engine_core.memory.cloning import clone
 from engine_core.memory.events import EventLeaseMemory
@@ -48,7 +49,12 @@ class InMemoryStore(
 ):
     """A single-process store that keeps everything in dicts."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, max_value: int | str = "256MiB") -> None:
+        """``max_value``: the largest value it keeps (characters of JSON; bytes or a size
+        such as ``"256MiB"``, as ``MongoStore(max_value=...)``, whose default it shares, so
+        a value refused on one store is refused on the other)."""
+        #: Read by the engine (``engine_core.common.values.value_limit``).
+        self.max_value_bytes = parse_size(max_value, what="max_value")
         #: The clock its engine reads, the real one until an engine hands it another
         #: (:meth:`follow_clock`): leases, claims, due times and stamps all read it.
         self.clock: TimeSource = REAL_CLOCK
@@ -247,6 +253,7 @@ class InMemoryStore(
         forget: Iterable[str] = (),
         idle_only: bool = False,
         keep_lease: bool = False,
+        expire_at: datetime | None = None,
     ) -> bool:
         """:meth:`Store.settle_run <engine_core.store.Store.settle_run>`, in memory."""
         run = self._fenced(run_id, token, expect)
@@ -261,6 +268,8 @@ class InMemoryStore(
             run.status = status
             run.output = clone(output)
             run.error = clone(error)
+            if status in TERMINAL:
+                run.expire_at = expire_at
         return True
 
     async def request_pass(self, run_id: str, *, changed: str | None = None) -> None:
@@ -285,6 +294,7 @@ class InMemoryStore(
         error: dict[str, Any] | None = None,
         request_pass: bool = False,
         forget: Iterable[str] = (),
+        expire_at: datetime | None = None,
     ) -> RunRecord | None:
         """:meth:`Store.set_run_status <engine_core.store.Store.set_run_status>`, in memory."""
         run = self._runs.get(run_id)
@@ -295,6 +305,8 @@ class InMemoryStore(
         if "*" not in run.changed:
             run.changed.append("*")  # a stop or a restart: passes read every step again
         run.status = status
+        if status in TERMINAL:
+            run.expire_at = expire_at
         if error is not None:
             run.error = clone(error)
         if request_pass:
@@ -454,6 +466,22 @@ class InMemoryStore(
             for r in self._runs.values()
             if r.status in TERMINAL and r.updated_at < finished_before
         )[:limit]
+        return self._delete(doomed)
+
+    async def expire_runs(self, before: datetime, limit: int) -> int:
+        """:meth:`Store.expire_runs <engine_core.store.Store.expire_runs>`, in memory (a
+        scan of the runs: the recovery pass that calls it scans them anyway)."""
+        due = sorted(
+            (r.expire_at, r.run_id)
+            for r in self._runs.values()
+            if r.status in TERMINAL and r.expire_at is not None and r.expire_at < before
+        )
+        return self._delete([run_id for _, run_id in due[:limit]])
+
+    def _delete(self, doomed: list[str]) -> int:
+        """Delete these runs with everything they own; how many."""
+        if not doomed:
+            return 0
         gone = set(doomed)
         for run_id in doomed:
             del self._runs[run_id]

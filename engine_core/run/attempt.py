@@ -10,7 +10,7 @@ from typing import Any, cast
 
 import engine_core.metrics as metrics
 from engine_core.common.clock import real_seconds
-from engine_core.common.values import to_stored
+from engine_core.common.values import MAX_VALUE_BYTES, to_stored
 from engine_core.errors import StepFailedError
 from engine_core.run.step_info import StepHooks, StepInfo, enter_step, leave_step
 from engine_core.run.threads import call_in_thread
@@ -54,26 +54,30 @@ async def run_attempt(
     attributes: dict[str, Any],
     threaded: bool = False,
     hooks: StepHooks | None = None,
+    limit: int = MAX_VALUE_BYTES,
 ) -> Any:
     """Run ``call()`` as attempt ``info``: in a span of the run's trace, with
     :func:`~engine_core.current_step` set (its streams written with ``hooks``), holding
     one of ``slots``, within ``timeout`` seconds; ``threaded``: in a worker thread (see
     :mod:`engine_core.run.threads`).
     Returns the result as it is checkpointed; raises what the attempt raised (a result
-    that cannot be checkpointed raises ``NotSerializableError``)."""
+    that cannot be checkpointed raises ``NotSerializableError``; one past ``limit``
+    characters of JSON, ``ValueTooLargeError``)."""
     if metrics.enabled():
-        return await _measured(info, call, slots, timeout, traceparent, attributes, threaded, hooks)
+        return await _measured(
+            info, call, slots, timeout, traceparent, attributes, threaded, hooks, limit
+        )
     if not tracing_configured():
         # No SDK: no span to build (this runs for every attempt).
         token = enter_step(info, hooks)
         try:
-            return await _call(call, slots, timeout, info.step, threaded)
+            return await _call(call, slots, timeout, info.step, threaded, limit)
         finally:
             leave_step(token)
     with attempt_span(traceparent, info.step, attributes) as span:
         token = enter_step(info, hooks)
         try:
-            return await _call(call, slots, timeout, info.step, threaded)
+            return await _call(call, slots, timeout, info.step, threaded, limit)
         except Exception as exc:
             record_failure(span, exc)
             raise
@@ -90,6 +94,7 @@ async def _measured(
     attributes: dict[str, Any],
     threaded: bool,
     hooks: StepHooks | None,
+    limit: int,
 ) -> Any:
     """:func:`run_attempt` with its metrics: the attempt's duration (from when it has a
     step slot) and outcome, one data point each per attempt."""
@@ -101,14 +106,14 @@ async def _measured(
         if not tracing_configured():  # as in run_attempt: no span to build
             token = enter_step(info, hooks)
             try:
-                result = await _call(call, slots, timeout, info.step, threaded)
+                result = await _call(call, slots, timeout, info.step, threaded, limit)
             finally:
                 leave_step(token)
         else:
             with attempt_span(traceparent, info.step, attributes) as span:
                 token = enter_step(info, hooks)
                 try:
-                    result = await _call(call, slots, timeout, info.step, threaded)
+                    result = await _call(call, slots, timeout, info.step, threaded, limit)
                 except Exception as exc:
                     record_failure(span, exc)
                     raise
@@ -141,6 +146,7 @@ async def _call(
     timeout: float | None,
     step: str,
     threaded: bool,
+    limit: int,
 ) -> Any:
     async with slots:
         if threaded:
@@ -150,4 +156,4 @@ async def _call(
             value = call()
         if inspect.isawaitable(value):
             value = await (asyncio.wait_for(value, timeout) if timeout else value)
-    return to_stored(value, f"result of step {step!r}")
+    return to_stored(value, f"result of step {step!r}", limit)

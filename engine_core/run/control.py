@@ -16,7 +16,7 @@ from typing import Any
 
 import engine_core.common.lifecycle_log as lifecycle_log
 from engine_core.common.runtime import Runtime
-from engine_core.common.values import check_name, check_run_id, to_stored
+from engine_core.common.values import check_name, check_run_id, to_stored, value_limit
 from engine_core.errors import RunNotActiveError, RunNotFoundError
 from engine_core.mirror import mirror_run, mirror_step
 from engine_core.records import (
@@ -36,6 +36,13 @@ log = logging.getLogger("engine_core")
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ONE_US = timedelta(microseconds=1)
+
+
+def expiry(runtime: Runtime, run: RunRecord) -> datetime | None:
+    """When ``run``, ending now, may be deleted (its retention, see
+    ``Runtime.retention``), or None: kept until pruned."""
+    kept = runtime.retention(run.workflow, run.retention)
+    return None if kept is None else utcnow() + timedelta(seconds=kept)
 
 
 def cancelled_error(run_id: str) -> dict[str, Any]:
@@ -75,7 +82,7 @@ class RunControl:
             event_id=f"{(now - _EPOCH) // _ONE_US * 1000:020d}-{uuid.uuid4().hex[:12]}",
             run_id=run.run_id,
             name=name,
-            payload=to_stored(payload, f"payload of event {name!r}"),
+            payload=to_stored(payload, f"payload of event {name!r}", value_limit(self.store)),
             created_at=now,
         )
         await self.store.insert_event(event)
@@ -120,7 +127,12 @@ class RunControl:
         target: RunState = "compensating" if compensate else "cancelled"
         error = error or cancelled_error(run_id)
         updated = await self.store.set_run_status(
-            run.run_id, target, expect=STOPPABLE, error=error, request_pass=compensate
+            run.run_id,
+            target,
+            expect=STOPPABLE,
+            error=error,
+            request_pass=compensate,
+            expire_at=None if compensate else expiry(self.runtime, run),
         )
         if updated is None:
             # Stopped already, maybe by an earlier cancel that did not get to its end
@@ -256,6 +268,7 @@ class RunControl:
             run_id=child_id,
             workflow=workflow,
             version=self.runtime.workflow_version(workflow),
+            retention=self.runtime.retention(workflow),
             status="running",
             input=input,
             created_at=now,

@@ -196,6 +196,7 @@ def fork_record(
         deadline_at=now + timedelta(seconds=window) if window is not None else None,
         version=run.version,
         forked_from={"run_id": run.run_id, "step": from_key},
+        retention=run.retention,
     )
 
 

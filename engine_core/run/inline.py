@@ -25,7 +25,7 @@ from engine_core.common.durations import (
     retry_delay_seconds,
 )
 from engine_core.common.lifecycle_log import fields
-from engine_core.common.values import check_retries
+from engine_core.common.values import check_retries, value_limit
 from engine_core.errors import NotSerializableError, RecordTooLargeError, StepFailedError
 from engine_core.records import StepKind, StepRecord
 from engine_core.run.attempt import error_info, run_attempt
@@ -218,6 +218,7 @@ async def _attempt(p: PassState, spec: InlineSpec, attempt: int, *, threaded: bo
         timeout=spec.timeout,
         traceparent=p.traceparent,
         attributes=attributes,
+        limit=value_limit(p.store),
     )
     if spec.declared is not None:
         check_declared(stored, spec.declared, f"the result of step {spec.key!r}")

@@ -34,7 +34,7 @@ from engine_core.common.journal import (
     merged,
 )
 from engine_core.common.runtime import Runtime
-from engine_core.common.values import check_name, stored_size
+from engine_core.common.values import check_name, held_size
 from engine_core.mirror import mirror_step
 from engine_core.records import RunRecord, RunState, StepRecord
 from engine_core.run.body_hooks import OUTCOME_HOLD
@@ -120,7 +120,7 @@ class PassState:
         # What each outcome in the journal takes there, as the writes taken so far leave
         # it (kept within ``journal_room``).
         self._room = JournalRoom(run.journal)
-        self._input_size = stored_size(run.input)
+        self._input_size = held_size(store, run.input)
         # What the next write carries: outcomes recorded since the last one, the keys
         # whose in-flight marks it clears, and journal keys copied to step records.
         self._pending: dict[str, StepRecord] = {}
@@ -306,7 +306,7 @@ class PassState:
             raise Stopped()
         pending, done, forget = self._pending, frozenset(self._done), frozenset(self._forget)
         self._pending, self._done, self._forget = {}, set(), set()
-        room = journal_room(self._input_size + (stored_size(*beside) if beside else 0))
+        room = journal_room(self._input_size + (held_size(self.store, *beside) if beside else 0))
         taken: Taken | None = None
         try:
             taken = self._room.take(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from engine_core.codecs.sealing import check_decoded
 from engine_core.errors import (
     NonDeterminismError,
     WorkflowDeadlineExceededError,
@@ -20,7 +21,9 @@ def diverged(run: RunRecord) -> bool:
 
 def outcome(run: RunRecord) -> Any:
     """The output of a completed run; the error of one that failed or was cancelled, or
-    (``always_replay``: see ``engine.result``) was suspended for diverging."""
+    (``always_replay``: see ``engine.result``) was suspended for diverging
+    (:class:`~engine_core.CodecError` for one this process cannot decode)."""
+    check_decoded(run.output, run.error)
     error = run.error or {}
     if diverged(run):
         raise NonDeterminismError(

@@ -20,13 +20,14 @@ import engine_core.run.waits as waits
 from engine_core.common.convert import declared_parameter, from_json
 from engine_core.common.durations import Duration
 from engine_core.common.outages import StoreDown
-from engine_core.common.values import check_fits, check_name, to_stored
+from engine_core.common.values import check_fits, check_name, record_limit, to_stored, value_limit
 from engine_core.errors import NotSerializableError, StepFailedError, StoreUnavailableError
-from engine_core.records import RunState, StepRecord
+from engine_core.records import TERMINAL, RunState, StepRecord
 from engine_core.run.attempt import error_info
 from engine_core.run.body_hooks import running_body
 from engine_core.run.branches import Ambiguous
 from engine_core.run.context import WorkflowContext
+from engine_core.run.control import expiry
 from engine_core.run.divergence import Diverged, Mismatch
 from engine_core.run.keys import compensation_key
 from engine_core.run.mismatch import ValueMismatch, read_input
@@ -110,8 +111,9 @@ class RunPass(PassState):
                 if isinstance(failure, KeyboardInterrupt | SystemExit):
                     raise failure
                 return await self._fail(failure)
-            stored = to_stored(output, f"output of workflow {self.run.workflow!r}")
-            check_fits(f"output of workflow {self.run.workflow!r}", self.run.input, stored)
+            what = f"output of workflow {self.run.workflow!r}"
+            stored = to_stored(output, what, value_limit(self.store))
+            check_fits(what, self.run.input, stored, limit=record_limit(self.store))
             return await self._end("completed", stored, None)
         except Stopped:
             return "stopped"
@@ -135,6 +137,7 @@ class RunPass(PassState):
             forget=carry.forget,
             idle_only=status is None,
             keep_lease=status == "compensating",
+            expire_at=expiry(self.runtime, self.run) if status in TERMINAL else None,
         )
         await self.settled(ok, carry)
         if ok and status is not None:

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from engine_core.common.durations import Duration, check_retry_delay, parse_duration
 from engine_core.common.runtime import JobSlot
-from engine_core.common.values import check_name, check_retries, to_stored
+from engine_core.common.values import check_name, check_retries, to_stored, value_limit
 from engine_core.errors import WorkflowNotRegisteredError
 from engine_core.mirror import mirror_step
 from engine_core.records import StepKind, StepRecord, UpdateRecord
@@ -93,7 +93,7 @@ async def dispatch_step(
             retry_delay=delay,
             timeout=limit,
             function=function,
-            payload=to_stored(payload, f"payload of step {key!r}"),
+            payload=to_stored(payload, f"payload of step {key!r}", value_limit(p.store)),
             idempotency_of=p.run.wire.get(KEYS_OF),
         )
         slot = p.runtime.job_slot(function)
@@ -258,7 +258,7 @@ async def _await_child(p: PassState, key: str, workflow: str, input: Any) -> Any
     step = p.steps.get(key)
     child_id = child_run_id(p.run_id, key, p.run.key_scheme)
     if step is None:
-        stored_input = to_stored(input, f"input of child step {key!r}")
+        stored_input = to_stored(input, f"input of child step {key!r}", value_limit(p.store))
         # Due at once, so the scheduled sweep checks on the child (see recovery).
         armed = _scheduled(
             p,

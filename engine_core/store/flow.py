@@ -83,8 +83,10 @@ class FlowStore(Protocol):
         ``engine_core.run.reentry``), if the stored run is in one of ``expect``: in one
         atomic write set its ``status`` (``queued``: in its queue's line, as a start
         puts it; or ``running``), ``pending_pass``, ``deadline_at`` and ``deadline_s``,
-        clear ``not_before``, add ``"*"`` to ``changed``, drop the ``forget`` keys from
-        the journal, and take its (``queue``, ``dedup_id``) pair again. While another run
+        clear ``not_before`` and ``expire_at`` (a live run never expires: nothing it
+        owns may be deleted from then on), add ``"*"`` to ``changed``, drop the
+        ``forget`` keys from the journal, and take its (``queue``, ``dedup_id``) pair
+        again. While another run
         that is not terminal holds the pair, nothing is written and
         :class:`~engine_core.DuplicateRunError` names that run (of concurrent takers of
         one pair, exactly one lands, as for :meth:`insert_run`). Returns the run after

@@ -123,11 +123,13 @@ class RunStore(Protocol):
         forget: Iterable[str] = (),
         idle_only: bool = False,
         keep_lease: bool = False,
+        expire_at: datetime | None = None,
     ) -> bool:
         """End a pass: clear ``inflight`` and ``open_pass``, free the run's lease (unless
         ``keep_lease``: the pass goes on, as a failing run compensates), journal
         ``outcomes`` and drop the ``forget`` keys as :meth:`start_step` does, and, when
-        ``status`` is given, move the run to it (with ``output`` and ``error``). Lands
+        ``status`` is given, move the run to it (with ``output`` and ``error``; a
+        terminal ``status`` with ``expire_at``, the time the run may be deleted). Lands
         only if the token is ``token``, the status is one of ``expect`` and, with
         ``idle_only``, no pass is owed (``pending_pass`` false: a trigger came while the
         pass ran, and the holder must run another). Returns whether it landed."""
@@ -149,12 +151,14 @@ class RunStore(Protocol):
         error: dict[str, Any] | None = None,
         request_pass: bool = False,
         forget: Iterable[str] = (),
+        expire_at: datetime | None = None,
     ) -> RunRecord | None:
         """Move the run to ``status`` if it is in one of ``expect`` (not fenced by token:
         this is how cancel, suspend and resume act on a run a pass may hold). Sets
-        ``error`` when given and ``pending_pass`` when asked, adds ``"*"`` (everything)
-        to ``changed``, and drops the ``forget`` keys from the journal. Returns the run
-        after the write, or None when the guard failed or the run does not exist."""
+        ``error`` when given, ``pending_pass`` when asked and, for a terminal ``status``,
+        ``expire_at`` when given; adds ``"*"`` (everything) to ``changed``, and drops the
+        ``forget`` keys from the journal. Returns the run after the write, or None when
+        the guard failed or the run does not exist."""
 
     async def list_child_runs(self, run_id: str) -> list[RunRecord]:
         """Every run whose parent is ``run_id``."""
@@ -196,6 +200,15 @@ class RunStore(Protocol):
     async def delete_runs(self, *, finished_before: datetime, limit: int) -> int:
         """Delete up to ``limit`` terminal runs last updated before ``finished_before``,
         with their steps, events, streams and heartbeats; returns how many it deleted."""
+
+    async def expire_runs(self, before: datetime, limit: int) -> int:
+        """Retention (``expire_at``, see :meth:`settle_run`): delete up to ``limit``
+        terminal runs whose ``expire_at`` is earlier than ``before``, with everything they
+        own, as :meth:`delete_runs` does (a run that has not ended is never deleted,
+        whatever it holds). A store whose storage deletes expired documents by itself
+        (MongoDB's TTL monitor) may instead make up to ``limit`` ended runs' documents
+        ready for it. Returns how many runs it deleted or made ready. Called by every
+        recovery pass: bounded work."""
 
     # ---- forks (``engine.fork``) -----------------------------------------------
 

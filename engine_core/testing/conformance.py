@@ -8,6 +8,7 @@ from engine_core.testing.flow_key_cases import FlowKeyCases
 from engine_core.testing.fork_cases import ForkCases
 from engine_core.testing.operator_cases import OperatorCases
 from engine_core.testing.replay_cases import ReplayRecordCases
+from engine_core.testing.retention_cases import RetentionCases
 from engine_core.testing.run_cases import RunCases
 from engine_core.testing.schedule_cases import ScheduleCases
 from engine_core.testing.step_cases import StepCases
@@ -29,6 +30,7 @@ class StoreConformance(
     ForkCases,
     StreamCases,
     TalkCases,
+    RetentionCases,
 ):
     """What every :class:`~engine_core.store.Store` must do. Needs a ``store`` fixture
     that yields a fresh, initialised, empty store."""

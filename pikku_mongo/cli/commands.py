@@ -104,6 +104,7 @@ async def _recover(engine: Engine) -> tuple[Any, str]:
         "rearmed": report.rearmed,
         "redispatched": report.redispatched,
         "resumed": report.resumed,
+        "expired": report.expired,
         "runs": report.runs,
     }
     text = (

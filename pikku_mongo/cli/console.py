@@ -48,6 +48,7 @@ from typing import Any
 from pymongo.errors import ConnectionFailure
 
 from engine_core import EngineError
+from engine_core.codecs.sealing import showing_undecodable
 from engine_core.common.durations import parse_duration
 from pikku_mongo.cli.commands import doctor, run_command, tail_command
 from pikku_mongo.cli.parser import build_parser
@@ -134,18 +135,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     uri = uri or ""
     code = 0
     try:
-        if args.command == "prune":  # checked before any server is asked
-            args.older_than = _older_than(args.older_than)
-        if args.command == "replay-check":
-            data, text, code = asyncio.run(replay_check_command(args))
-        elif args.command == "doctor":
-            data, text, code = asyncio.run(doctor(uri))
-        elif args.command == "shard-plan":
-            data, text = _shard_plan(uri)
-        elif args.command == "runs" and args.action == "tail":
-            return asyncio.run(tail_command(args, uri))  # printed as the entries come
-        else:
-            data, text = asyncio.run(run_command(args, uri))
+        # A value this process cannot decode shows as "encrypted" (engine_core.codecs).
+        with showing_undecodable():
+            if args.command == "prune":  # checked before any server is asked
+                args.older_than = _older_than(args.older_than)
+            if args.command == "replay-check":
+                data, text, code = asyncio.run(replay_check_command(args))
+            elif args.command == "doctor":
+                data, text, code = asyncio.run(doctor(uri))
+            elif args.command == "shard-plan":
+                data, text = _shard_plan(uri)
+            elif args.command == "runs" and args.action == "tail":
+                return asyncio.run(tail_command(args, uri))  # printed as the entries come
+            else:
+                data, text = asyncio.run(run_command(args, uri))
     except ServerUnreachableError as exc:
         return _failed(args, str(exc))
     except ConnectionFailure as exc:  # the server went away in the middle

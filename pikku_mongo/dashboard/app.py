@@ -32,7 +32,7 @@ from engine_core import (
     StoreUnavailableError,
 )
 from pikku_mongo.dashboard.bulk_pages import BulkPages
-from pikku_mongo.dashboard.headers import SecurityHeaders
+from pikku_mongo.dashboard.headers import SecurityHeaders, ShowingUndecodable
 from pikku_mongo.dashboard.links import NAV, Links, NavItem
 from pikku_mongo.dashboard.login_pages import LoginPages
 from pikku_mongo.dashboard.metrics_page import MetricsPage
@@ -177,6 +177,6 @@ def dashboard_app(
         routes.insert(0, Route("/metrics", dashboard._guard(page.metrics), name="metrics"))
     return Starlette(
         routes=routes,
-        middleware=[Middleware(SecurityHeaders)],
+        middleware=[Middleware(SecurityHeaders), Middleware(ShowingUndecodable)],
         exception_handlers={HTTPException: dashboard.http_error},
     )

@@ -1,10 +1,13 @@
 """The security headers on every dashboard response: :data:`SECURITY_HEADERS` and the
-ASGI middleware that adds them."""
+ASGI middleware that adds them; and the one that shows a value the dashboard cannot
+decode (``Engine(codec=...)``, a key it does not hold) as "encrypted"."""
 
 from __future__ import annotations
 
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from engine_core.codecs.sealing import showing_undecodable
 
 #: On every response: no framing (clickjacking of the action buttons), scripts and
 #: styles from this app only, no referrer sent elsewhere.
@@ -38,3 +41,16 @@ class SecurityHeaders:
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
+
+
+class ShowingUndecodable:
+    """ASGI middleware under which reads show a value they cannot decode as "encrypted"
+    instead of raising :class:`~engine_core.CodecError` (a page of runs must not fail
+    for one run's key)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        with showing_undecodable():
+            await self.app(scope, receive, send)

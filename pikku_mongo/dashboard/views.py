@@ -18,7 +18,7 @@ from engine_core.records import TERMINAL
 #: A value whose pretty JSON is longer than this many lines or characters is folded.
 FOLD_LINES = 12
 FOLD_CHARS = 600
-#: At most this many characters of a value are shown (values may be up to 15 MiB).
+#: At most this many characters of a value are shown (values may be up to 256 MiB).
 MAX_SHOWN = 200_000
 
 

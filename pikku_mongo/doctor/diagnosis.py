@@ -36,7 +36,7 @@ from pikku_mongo.doctor.fleet import fleet_checks
 from pikku_mongo.doctor.report import Check, DoctorReport
 from pikku_mongo.doctor.shards import shard_checks
 from pikku_mongo.wire.indexes import EVENT_INDEXES, LEASE_TTL_INDEX, RUN_INDEXES, STEP_INDEXES
-from pikku_mongo.wire.server import hello, short_reason, topology
+from pikku_mongo.wire.server import hello, short_reason, topology, ttl_monitor
 
 if TYPE_CHECKING:
     from pymongo import IndexModel
@@ -72,6 +72,7 @@ async def diagnose(store: MongoStore, *, change_stream_timeout: float = 3.0) -> 
         await run("change streams", lambda: _change_streams(scratch, change_stream_timeout))
         await run("indexes", lambda: _indexes(store))
         await run("TTL index", lambda: _ttl_index(store))
+        await run("retention", lambda: _retention(store))
         await run("clock", lambda: _clock(store, topology(reply)))
         try:
             checks.extend(await shard_checks(store, topology(reply)))
@@ -336,6 +337,19 @@ async def _indexes(store: MongoStore) -> Check:
         f"missing {names}: hot queries scan their collection; fix: pikku-mongo init",
         data,
     )
+
+
+async def _retention(store: MongoStore) -> Check:
+    """Who deletes the runs past their ``retention=``: the server's TTL monitor, or the
+    recovery pass's bounded sweep (the test servers run no monitor)."""
+    if await ttl_monitor(store.database):
+        detail = "the server's TTL monitor deletes ended runs past their retention"
+        return Check("retention", "ok", detail, {"ttl_monitor": True})
+    detail = (
+        "no TTL monitor on this server: the recovery pass deletes ended runs past their "
+        "retention, a bounded batch per pass (a fleet must run recovery)"
+    )
+    return Check("retention", "ok", detail, {"ttl_monitor": False})
 
 
 async def _ttl_index(store: MongoStore) -> Check:

@@ -32,6 +32,8 @@ Collections (``prefix`` + name):
   :mod:`pikku_mongo.store.job_index` and :mod:`pikku_mongo.store.line_index`.
 * ``queues``: ``_id`` = queue name; each queue's admission state, replaced by
   compare-and-set on its version. See :mod:`pikku_mongo.store.queue_ops`.
+* ``offloaded.files`` and ``offloaded.chunks``: the GridFS bucket of the values past
+  ``offload_over``. See :mod:`pikku_mongo.store.offload_ops`.
 * ``qkeys`` and ``debounce``: per (queue, key) its fair turn and ``key_rate`` window,
   per (workflow, debounce key) its window. See :mod:`pikku_mongo.store.key_ops`.
 """

@@ -12,8 +12,9 @@ from pymongo.errors import DuplicateKeyError
 from engine_core.records import EventRecord
 from pikku_mongo.wire.causal import CausalReads
 from pikku_mongo.wire.checks import check_str
-from pikku_mongo.wire.documents import Doc, event_from_doc, event_to_doc
+from pikku_mongo.wire.documents import Doc
 from pikku_mongo.wire.encoding import pack
+from pikku_mongo.wire.event_docs import event_from_doc, event_to_doc
 from pikku_mongo.wire.filters import eq
 from pikku_mongo.wire.retry import transient_retry
 

@@ -1,6 +1,6 @@
 """``MongoStore``'s store-wide leases (the recovery lease): the ``leases`` collection,
 ``{_id: key, holder, token, expires_us, expires_at}``. Queries judge ``expires_us``
-against this host's clock with the ``max_clock_skew`` margin (see "Clocks" in
+against this host's clock with the ``max_clock_skew`` margin (see
 :mod:`pikku_mongo.wire.skew`); the BSON date ``expires_at`` only feeds the TTL
 index that removes the document a day after the lease ended."""
 
@@ -16,8 +16,9 @@ from pymongo.errors import DuplicateKeyError
 from engine_core.common.clock import utcnow
 from engine_core.records import Lease
 from pikku_mongo.wire.checks import check_int, check_str
-from pikku_mongo.wire.documents import Doc, lease_expiry, lease_from_doc
+from pikku_mongo.wire.documents import Doc
 from pikku_mongo.wire.encoding import EPOCH, pack, to_us
+from pikku_mongo.wire.event_docs import lease_expiry, lease_from_doc
 from pikku_mongo.wire.retry import transient_retry
 from pikku_mongo.wire.skew import SkewBound
 

@@ -23,6 +23,7 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any, cast
 
+from gridfs import AsyncGridFSBucket
 from pymongo import AsyncMongoClient
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.asynchronous.database import AsyncDatabase
@@ -44,12 +45,17 @@ from pikku_mongo.store.lease_ops import LeaseOps
 from pikku_mongo.store.line_index import LineIndex
 from pikku_mongo.store.listing import ListingOps, backfill_made
 from pikku_mongo.store.migrations import migrate
+from pikku_mongo.store.offload_ops import OffloadOps
 from pikku_mongo.store.options import (
     CODEC_OPTIONS,
     DEFAULT_MAX_CLOCK_SKEW,
+    DEFAULT_MAX_VALUE,
+    DEFAULT_OFFLOAD_OVER,
     check_options,
+    check_sizes,
     check_targeting,
 )
+from pikku_mongo.store.owned import Owned
 from pikku_mongo.store.prune_ops import PruneOps
 from pikku_mongo.store.queue_ops import QueueOps
 from pikku_mongo.store.run_ops import RunOps
@@ -67,7 +73,13 @@ from pikku_mongo.wire.command_metrics import CommandCounter
 from pikku_mongo.wire.documents import Doc
 from pikku_mongo.wire.indexes import create_indexes
 from pikku_mongo.wire.retry import transient_retry
-from pikku_mongo.wire.server import ClockOffset, hello, measure_clock_offset, topology
+from pikku_mongo.wire.server import (
+    ClockOffset,
+    hello,
+    measure_clock_offset,
+    topology,
+    ttl_monitor,
+)
 from pikku_mongo.wire.skew import SkewBound
 from pikku_mongo.wire.uri import database_name, redact
 from pikku_mongo.wire.watch import job_inserts
@@ -91,12 +103,17 @@ class MongoStore:
         max_clock_skew: Duration = DEFAULT_MAX_CLOCK_SKEW,
         change_streams: bool = True,
         targeted_polling: bool | None = None,
+        offload_over: int | str = DEFAULT_OFFLOAD_OVER,
+        max_value: int | str = DEFAULT_MAX_VALUE,
     ) -> None:
-        """``write_concern`` / ``read_concern``: pymongo objects replacing the durable
-        defaults (module docstring). ``max_clock_skew``: seconds or a string such as
-        ``"500ms"``, the bound on clock differences between hosts that lease expiry
-        tolerates (:mod:`pikku_mongo.wire.skew`); 0 on a single host. ``change_streams``:
-        wake idle workers from a change stream where the server serves one.
+        """``offload_over`` (bytes or a size such as ``"1MiB"``, at most 8 MiB): larger
+        values go to GridFS; ``max_value`` (256 MiB): the largest value kept
+        (:class:`~engine_core.ValueTooLargeError`). ``write_concern`` / ``read_concern``:
+        pymongo objects replacing the durable defaults (module docstring).
+        ``max_clock_skew``: seconds or a string such as ``"500ms"``, the bound on clock
+        differences between hosts that lease expiry tolerates
+        (:mod:`pikku_mongo.wire.skew`); 0 on a single host. ``change_streams``: wake
+        idle workers from a change stream where the server serves one.
         ``targeted_polling``: keep the job and line indexes
         (:mod:`pikku_mongo.store.job_index`, :mod:`pikku_mongo.store.line_index`) so a
         worker's poll for due jobs and an admitter's read of its line go to one shard,
@@ -115,6 +132,8 @@ class MongoStore:
             write_concern, read_concern, max_clock_skew
         )
         self.targeted_polling = check_targeting(targeted_polling)
+        #: Read by the engine: where values go apart, and the largest one kept.
+        self.offload_over_bytes, self.max_value_bytes = check_sizes(offload_over, max_value)
         self.database = database
         self.prefix = prefix
         self._client: AsyncMongoClient[Any] | None = None  # set only when we own it
@@ -148,6 +167,9 @@ class MongoStore:
         )
         self.qkeys, self.debounce = self._collections("qkeys", "debounce")
         self.values, self.updates = self.talk = self._collections("values", "updates")
+        self.value_files, self.value_chunks = self._collections(
+            "offloaded.files", "offloaded.chunks"
+        )
 
     def _group_commit(self) -> None:
         """A group commit for each collection written on the hot path. A document a
@@ -171,6 +193,22 @@ class MongoStore:
         self.key_ops: KeyOps = KeyOps(
             qkeys=self.qkeys, windows=self.debounce, queues=self.queues, reads=reads
         )
+        self.offload_ops: OffloadOps = OffloadOps(
+            files=self.value_files,
+            chunks=self.value_chunks,
+            bucket=AsyncGridFSBucket(
+                self.database, self.prefix + "offloaded", read_preference=ReadPreference.PRIMARY
+            ),
+            offload_over=self.offload_over_bytes,
+            max_value=self.max_value_bytes,
+        )
+        self.owned = Owned(
+            [
+                *(self.steps, self.events, self.streams, self.heartbeats, *self.talk),
+                *(self.value_files, self.value_chunks),
+            ],
+            values=self.offload_ops,
+        )
         self.run_ops: RunOps = RunOps(
             runs=self.runs,
             run_writes=self.run_writes,
@@ -179,13 +217,10 @@ class MongoStore:
             targeting=targeting,
             reads=reads,
             skew=skew,
+            owned=self.owned,
         )
         self.listing: ListingOps = ListingOps(self.runs)
-        self.prune_ops: PruneOps = PruneOps(
-            runs=self.runs,
-            owned=(self.steps, self.events, self.streams, self.heartbeats, *self.talk),
-            dedup=self.dedup_ops,
-        )
+        self.prune_ops: PruneOps = PruneOps(runs=self.runs, owned=self.owned, dedup=self.dedup_ops)
         self.step_ops: StepOps = StepOps(
             reads=reads,
             skew=skew,
@@ -240,6 +275,8 @@ class MongoStore:
         max_clock_skew: Duration = DEFAULT_MAX_CLOCK_SKEW,
         change_streams: bool = True,
         targeted_polling: bool | None = None,
+        offload_over: int | str = DEFAULT_OFFLOAD_OVER,
+        max_value: int | str = DEFAULT_MAX_VALUE,
         **client_kwargs: Any,
     ) -> MongoStore:
         """A store on the database named in ``uri``'s path, with a client of its own
@@ -256,6 +293,7 @@ class MongoStore:
             )
         check_options(write_concern, read_concern, max_clock_skew)  # before making a client
         check_targeting(targeted_polling)
+        check_sizes(offload_over, max_value)
         check_str(prefix, "collection prefix")
         listeners = [*(client_kwargs.pop("event_listeners", None) or []), CommandCounter()]
         if not any(isinstance(listener, OperationClock) for listener in listeners):
@@ -271,6 +309,8 @@ class MongoStore:
             max_clock_skew=max_clock_skew,
             change_streams=change_streams,
             targeted_polling=targeted_polling,
+            offload_over=offload_over,
+            max_value=max_value,
         )
         store._client = client
         return store
@@ -328,6 +368,9 @@ class MongoStore:
         await self.stream_ops.create_stream_indexes()
         await self.value_ops.create_value_indexes()
         await self.update_ops.create_update_indexes()
+        await self.owned.create_indexes()
+        await self.offload_ops.create_indexes()
+        self.prune_ops.ttl_monitor = await ttl_monitor(self.database)
         if self.job_index is not None and self.line_index is not None:
             await self.job_index.create_indexes()
             await self.line_index.create_indexes()
@@ -407,6 +450,7 @@ class MongoStore:
     # PruneOps
     _prune = ServedBy["MongoStore", PruneOps](lambda store: store.prune_ops)
     delete_runs = _prune(PruneOps.delete_runs)
+    expire_runs = _prune(PruneOps.expire_runs)
     # StepOps
     _steps = ServedBy["MongoStore", StepOps](lambda store: store.step_ops)
     load_steps = _steps(StepOps.load_steps)
@@ -500,6 +544,12 @@ class MongoStore:
     put_worker = _workers(WorkerOps.put_worker)
     delete_worker = _workers(WorkerOps.delete_worker)
     list_workers = _workers(WorkerOps.list_workers)
+    # OffloadOps (not of the protocol: what the engine's seam asks of a store that keeps
+    # large values apart, engine_core.codecs.apart)
+    _offload = ServedBy["MongoStore", OffloadOps](lambda store: store.offload_ops)
+    offload_values = _offload(OffloadOps.offload_values)
+    fetch_values = _offload(OffloadOps.fetch_values)
+    drop_values = _offload(OffloadOps.drop_values)
     # DeclaredOps
     _declared = ServedBy["MongoStore", DeclaredOps](lambda store: store.declared_ops)
     put_queue_limits = _declared(DeclaredOps.put_queue_limits)

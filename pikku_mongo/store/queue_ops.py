@@ -28,7 +28,16 @@ from engine_core.errors import DuplicateRunError
 from engine_core.records import LinePage, QueueState, RunRecord, RunState
 from pikku_mongo.store.runs_part import RunsPart
 from pikku_mongo.wire.checks import check_datetime, check_int, check_opt_str, check_str, check_strs
-from pikku_mongo.wire.documents import Doc, inflight_field, run_from_doc
+from pikku_mongo.wire.documents import (
+    EXPIRY_UNSET,
+    Doc,
+    flow_fields,
+    held_key,
+    inflight_field,
+    line_bounds,
+    line_key,
+    run_from_doc,
+)
 from pikku_mongo.wire.encoding import from_us, pack, to_us, unpack, unpack_opt
 from pikku_mongo.wire.filters import eq
 from pikku_mongo.wire.flow_fields import flow_fields, held_key, line_bounds, line_key
@@ -350,6 +359,7 @@ class QueueOps(RunsPart):
             f"changed.{inflight_field('*')}": "*",
         }
         to_unset: Doc = {name: "" for name in _FLOW_FIELDS if name not in fields}
+        to_unset.update(EXPIRY_UNSET)
         query = {
             "_id": pack(check_str(run.run_id, "run id")),
             "status": {"$in": check_strs(expect, "expected run status")},
@@ -366,6 +376,9 @@ class QueueOps(RunsPart):
                     run_id=holder,
                 )
         doc = await modify_recognised(self.runs, query, update, mark, reads=self.reads)
+        if doc is not None and run.expire_at is not None:
+            # Live again: what it owns may carry TTL stamps (pikku_mongo.store.prune_ops).
+            await self.owned.stamp({pack(run.run_id): None})
         lines = self.targeting.line_index
         if doc is not None and lines is not None:
             await lines.add([doc])  # back in its line: see pikku_mongo.store.line_index

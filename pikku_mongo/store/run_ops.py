@@ -23,6 +23,7 @@ from pikku_mongo.wire.checks import (
     check_bool,
     check_datetime,
     check_int,
+    check_opt_datetime,
     check_opt_str,
     check_seconds,
     check_str,
@@ -30,6 +31,7 @@ from pikku_mongo.wire.checks import (
 )
 from pikku_mongo.wire.documents import (
     Doc,
+    expiry_fields,
     inflight_entry,
     inflight_field,
     run_from_doc,
@@ -350,6 +352,7 @@ class RunOps(RunsPart):
         forget: Iterable[str] = (),
         idle_only: bool = False,
         keep_lease: bool = False,
+        expire_at: datetime | None = None,
     ) -> bool:
         """1 update (group-committed), guarded by token and status (and ``pending_pass``
         with ``idle_only``)."""
@@ -363,6 +366,7 @@ class RunOps(RunsPart):
             to_set["error"] = dump_value(error)
             if status in TERMINAL:
                 to_unset.update(ENDED_UNSET)
+                to_set.update(expiry_fields(check_opt_datetime(expire_at, "expire_at")))
         update = RunUpdate(to_set, to_unset).with_journal(outcomes, forget)
         query: Doc = {
             "_id": _id(run_id),
@@ -404,6 +408,7 @@ class RunOps(RunsPart):
         error: dict[str, Any] | None = None,
         request_pass: bool = False,
         forget: Iterable[str] = (),
+        expire_at: datetime | None = None,
     ) -> RunRecord | None:
         """1 findAndModify, guarded by status. Sent again after a lost reply, it first
         reads the run: its operation id there means the first try landed (a cancel whose
@@ -421,6 +426,7 @@ class RunOps(RunsPart):
         to_unset: Doc = {}
         if status in TERMINAL:
             to_unset.update(ENDED_UNSET)
+            to_set.update(expiry_fields(check_opt_datetime(expire_at, "expire_at")))
         elif status != "queued":
             to_unset.update(line="", not_before_us="")
         query = {"_id": _id(run_id), "status": {"$in": check_strs(expect, "expected run status")}}

@@ -9,6 +9,7 @@ from pymongo.asynchronous.collection import AsyncCollection
 from engine_core.records import RunRecord
 from pikku_mongo.store.dedup_ops import DedupOps
 from pikku_mongo.store.key_ops import KeyOps
+from pikku_mongo.store.owned import Owned
 from pikku_mongo.store.targeting import Targeting
 from pikku_mongo.wire.causal import CausalReads
 from pikku_mongo.wire.documents import Doc
@@ -20,7 +21,7 @@ from pikku_mongo.writes.batcher import Batcher
 class RunsPart:
     """The ``runs`` collection and what writing it takes: its group commit, the dedup
     claims a start takes, the turns a run joining a fair line takes, the line index
-    (when targeted polling is on), causal reads and the clock-skew bound."""
+    (when targeted polling is on), causal reads, the clock-skew bound, and what runs own."""
 
     runs: AsyncCollection[Doc]
     run_writes: Batcher
@@ -30,6 +31,8 @@ class RunsPart:
     targeting: Targeting
     reads: CausalReads
     skew: SkewBound
+    #: What runs own outside their documents (stamped for TTL and back, see ``owned``).
+    owned: Owned
 
     async def lined_up(self, run: RunRecord) -> RunRecord:
         """``run`` as it is written: one that joins a fair line as it is (``queued`` on a

@@ -52,6 +52,11 @@ def check_datetime(value: object, what: str) -> datetime:
     return value
 
 
+def check_opt_datetime(value: object, what: str) -> datetime | None:
+    """:func:`check_datetime`, None kept."""
+    return None if value is None else check_datetime(value, what)
+
+
 def check_bool(value: Any, what: str) -> bool:
     """``value``, which must be a bool."""
     if not isinstance(value, bool):

@@ -36,9 +36,7 @@ from typing import Any, cast
 
 from engine_core.records import (
     AttemptEntry,
-    EventRecord,
     InflightStep,
-    Lease,
     RunRecord,
     RunState,
     StepKind,
@@ -47,6 +45,7 @@ from engine_core.records import (
 )
 from pikku_mongo.wire.checks import check_str
 from pikku_mongo.wire.encoding import (
+    dump_text,
     dump_value,
     from_us,
     load_value,
@@ -151,7 +150,23 @@ def run_to_doc(run: RunRecord) -> Doc:
         "version": pack_opt(run.version),
         **flow_fields(run),
         **fork_fields(run),
+        **({} if run.retention is None else {"retention": float(run.retention)}),
+        **(expiry_fields(run.expire_at) if run.status in TERMINAL else {}),
     }
+
+
+def expiry_fields(expire_at: datetime | None) -> Doc:
+    """What a write that ends a run sets for its retention: ``expire_us``, when it may be
+    deleted (a sweep's sparse index), and ``unstamped`` (the same), until its documents
+    carry the TTL field ``expire_at`` (see ``pikku_mongo.store.prune_ops``)."""
+    if expire_at is None:
+        return {}
+    due = to_us(expire_at)
+    return {"expire_us": due, "unstamped": due}
+
+
+#: What a write that makes a run live again removes: it never expires while it lives.
+EXPIRY_UNSET: Doc = {"expire_us": "", "unstamped": "", "expire_at": ""}
 
 
 def fork_fields(run: RunRecord) -> Doc:
@@ -214,6 +229,8 @@ def run_from_doc(doc: Doc) -> RunRecord:
         fair=doc.get("fair") == True,  # noqa: E712 - nx-27017 reads a $set True back as 1
         queue_turn=int(doc["qturn"]) if doc.get("qturn") is not None else None,
         debounce_key=unpack_opt(doc.get("debounce")),
+        retention=doc.get("retention"),
+        expire_at=opt_from_us(doc.get("expire_us")),
     )
 
 
@@ -259,7 +276,7 @@ def entry_to_text(entry: AttemptEntry) -> str:
 
     Entries are strings, not subdocuments: nx-27017 stores a subdocument ``$push``ed
     onto an existing array as a string, so a portable history pushes strings."""
-    return dump_value(
+    return dump_text(
         {
             "attempt": entry.attempt,
             "status": entry.status,
@@ -397,50 +414,3 @@ def step_from_doc(doc: Doc) -> StepRecord:
 
 # ---- the run's journal: whole step records as compact JSON text --------------------
 # (see ``pikku_mongo.wire.journal_text``)
-
-
-# ---- events and leases --------------------------------------------------------------
-
-
-def event_to_doc(event: EventRecord) -> Doc:
-    """The document of ``event`` (its fields checked)."""
-    consumer = event.consumed_by
-    return {
-        "_id": pack(check_str(event.event_id, "event id")),
-        "run_id": pack(check_str(event.run_id, "run id")),
-        "name": pack(check_str(event.name, "event name")),
-        "payload": dump_value(event.payload),
-        "created_at": to_us(event.created_at),
-        # An explicit flag: "consumed_by is null" is not portable across servers.
-        "consumed": consumer is not None,
-        "consumed_by": pack_opt(consumer),
-    }
-
-
-def event_from_doc(doc: Doc) -> EventRecord:
-    """The event a document holds."""
-    return EventRecord(
-        event_id=unpack(doc["_id"]),
-        run_id=unpack(doc["run_id"]),
-        name=unpack(doc["name"]),
-        payload=load_value(doc.get("payload")),
-        created_at=from_us(doc["created_at"]),
-        consumed_by=unpack_opt(doc.get("consumed_by")),
-    )
-
-
-def lease_expiry(expires_at: datetime, *, gc_from: datetime | None = None) -> Doc:
-    """A lease's expiry fields: ``expires_us`` is what queries judge; ``expires_at`` (a
-    BSON date: when the lease ends, or ``gc_from`` when given) only feeds the TTL index
-    that removes long-dead lease documents."""
-    return {"expires_us": to_us(expires_at), "expires_at": gc_from or expires_at}
-
-
-def lease_from_doc(doc: Doc) -> Lease:
-    """The lease a document holds (its stored expiry)."""
-    return Lease(
-        key=unpack(doc["_id"]),
-        holder=unpack(doc["holder"]),
-        token=int(doc["token"]),
-        expires_at=from_us(doc["expires_us"]),
-    )

@@ -1,7 +1,8 @@
 """The scalar encodings of stored documents: identity strings, values and times.
 
 * Values are stored as JSON text, so a user key such as ``"$set"`` or ``"a.b"`` is just
-  characters inside a string.
+  characters inside a string; a value the engine's codec sealed as BSON binary; one kept
+  in GridFS as a reference to its file (:class:`Offloaded`).
 * Identity strings that filters and sorts compare go through :func:`pack`, an
   order-preserving escape of the NUL character (nx-27017 cannot match a string
   containing NUL by equality). It is the identity on every string without ``\\x00`` or
@@ -15,6 +16,12 @@ import json
 import re
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
+
+from bson import ObjectId
+
+from engine_core.records import Apart
+
+Doc = dict[str, Any]
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ONE_US = timedelta(microseconds=1)
@@ -45,14 +52,55 @@ def unpack_opt(value: Any) -> str | None:
     return None if value is None else unpack(cast(str, value))
 
 
-def dump_value(value: Any) -> str:
+def dump_text(value: Any) -> str:
     """A JSON-shaped value as JSON text (ASCII, so it always encodes as BSON)."""
     return json.dumps(value, separators=(",", ":"))
 
 
-def load_value(text: Any) -> Any:
-    """The value ``text`` (JSON, as :func:`dump_value` wrote it) holds; None for None."""
-    return None if text is None else json.loads(cast(str, text))
+class Offloaded(Apart):
+    """A value kept in GridFS (``pikku_mongo.store.offload_ops``): its file's id, its
+    size as stored, and whether it is the bytes a codec made (``sealed``) or JSON text.
+    A list shows it as "offloaded (N bytes)"; a write stores the reference again."""
+
+    file_id: ObjectId
+    size: int
+    sealed: bool
+
+    def __new__(cls, file_id: ObjectId, size: int, sealed: bool) -> Offloaded:
+        shown = super().__new__(cls, f"offloaded ({size:,} bytes)")
+        assert isinstance(shown, Offloaded)
+        shown.file_id, shown.size, shown.sealed = file_id, int(size), bool(sealed)
+        return shown
+
+    def reference(self) -> Doc:
+        """What its document holds in its place."""
+        return {"gridfs": self.file_id, "size": self.size, "sealed": self.sealed}
+
+    @classmethod
+    def of(cls, reference: Doc) -> Offloaded:
+        """The value a document's :meth:`reference` names."""
+        return cls(reference["gridfs"], reference["size"], reference["sealed"])
+
+
+def dump_value(value: Any) -> Any:
+    """A JSON-shaped value as JSON text (ASCII, so it always encodes as BSON); a value
+    the engine's codec sealed (``bytes``) as it is (BSON binary); one kept in GridFS as
+    its reference (a subdocument)."""
+    if type(value) is bytes:
+        return value
+    if type(value) is Offloaded:
+        return value.reference()
+    return dump_text(value)
+
+
+def load_value(stored: Any) -> Any:
+    """The value ``stored`` (as :func:`dump_value` wrote it) holds; None for None (one
+    kept in GridFS: its :class:`Offloaded` reference, fetched where a read needs it)."""
+    if stored is None or type(stored) is bytes:
+        return stored
+    if type(stored) is dict:
+        return Offloaded.of(stored)
+    return json.loads(cast(str, stored))
 
 
 def to_us(moment: datetime) -> int:

@@ -52,6 +52,11 @@ RUN_INDEXES = [
     IndexModel([("qheld", ASCENDING)], sparse=True),
     # list_forks: the forks of a run (only forks have the field).
     IndexModel([("forked", ASCENDING)], sparse=True),
+    # Retention (pikku_mongo.store.prune_ops): the ended runs past their time, those
+    # whose documents are not stamped yet, and the TTL field MongoDB deletes them by.
+    IndexModel([("expire_us", ASCENDING)], sparse=True),
+    IndexModel([("unstamped", ASCENDING)], sparse=True),
+    IndexModel([("expire_at", ASCENDING)], expireAfterSeconds=0),
 ]
 
 STEP_INDEXES = [

@@ -11,12 +11,15 @@ read as it is: a journal written before an upgrade needs no migration.
 
 from __future__ import annotations
 
+import base64
 import json
 from dataclasses import fields
 from typing import Any, cast
 
+from bson import ObjectId
+
 from engine_core.records import AttemptEntry, StepRecord, StepState
-from pikku_mongo.wire.encoding import dump_value, from_us, opt_from_us, to_us
+from pikku_mongo.wire.encoding import Offloaded, dump_text, from_us, opt_from_us, to_us
 
 Doc = dict[str, Any]
 
@@ -58,6 +61,22 @@ SHORT: dict[str, str] = {
     "made_after": "ma",
 }
 _LONG = {short: name for name, short in SHORT.items()}
+#: A value sealed by the engine's codec (``bytes``) is base64 text under a name of its
+#: own; one kept in GridFS, its reference (file id in hex, size, sealed) under another.
+_SEALED = {"result": "R", "payload": "P"}
+_UNSEALED = {short: name for name, short in _SEALED.items()}
+_APART = {"result": "RG", "payload": "PG"}
+_UNAPART = {short: name for name, short in _APART.items()}
+
+
+def _apart(value: Offloaded) -> list[Any]:
+    return [str(value.file_id), value.size, value.sealed]
+
+
+def _offloaded(item: list[Any]) -> Offloaded:
+    return Offloaded(ObjectId(item[0]), item[1], item[2])
+
+
 _VERSION = 2
 
 
@@ -75,8 +94,14 @@ def step_to_text(step: StepRecord) -> str:
             value = to_us(value) - base
         elif name == "history":
             value = [_entry(e, base) for e in value]
+        elif type(value) is bytes:
+            data[_SEALED[name]] = base64.b64encode(value).decode("ascii")
+            continue
+        elif type(value) is Offloaded:
+            data[_APART[name]] = _apart(value)
+            continue
         data[SHORT.get(name, name)] = value
-    return dump_value(data)
+    return dump_text(data)
 
 
 class RecentTexts:
@@ -123,6 +148,10 @@ def step_from_text(run_id: str, text: Any) -> StepRecord:
     values: Doc = {"run_id": run_id, "key": data["k"], "kind": "inline", "status": "pending"}
     for short, value in data.items():
         name = _LONG.get(short, short)
+        if short in _UNSEALED:
+            name, value = _UNSEALED[short], base64.b64decode(value)
+        elif short in _UNAPART:
+            name, value = _UNAPART[short], _offloaded(value)
         if name not in _FIELDS or name == "key":
             continue
         if name == "updated_at":
@@ -148,13 +177,21 @@ def lean_step_from_text(run_id: str, text: Any) -> StepRecord:
         kind=data.get("i", "inline"),
         status=data.get("s", "pending"),
         attempts=data.get("a", 0),
-        result=data.get("r"),
+        result=_lean_result(data),
         error=data.get("x"),
         order=data.get("o"),
         ran=data.get("rn"),
         loose=bool(data.get("lo", False)),
         made_after=data.get("ma"),
     )
+
+
+def _lean_result(data: Doc) -> Any:
+    if "R" in data:
+        return base64.b64decode(data["R"])
+    if "RG" in data:
+        return _offloaded(data["RG"])
+    return data.get("r")
 
 
 def _entry_of(item: list[Any], base: int) -> AttemptEntry:

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from engine_core.testing import StoreConformance
+from engine_core.testing.retention_cases import RetentionCases
 from pikku_mongo import MongoStore
 from tests.conftest import mongo_store
 from tests.support.shard_key_check import ShardKeyListener
@@ -56,4 +57,24 @@ class TestTargetedPollingOnMongoeco(StoreConformance):
     async def store(self, mongoeco_uri: str) -> AsyncIterator[MongoStore]:
         async for made in _checked(mongoeco_uri, targeted_polling=True):
             assert made.job_index is not None
+            yield made
+
+
+class TestTtlStampingOnNx(RetentionCases):
+    """Retention as on a server with a TTL monitor: the recovery pass stamps what ended
+    runs own with ``expire_at`` (both wire servers hide a document past its TTL field
+    from every query, as MongoDB's monitor deletes it within a minute)."""
+
+    @pytest.fixture
+    async def store(self, nx_uri: str) -> AsyncIterator[MongoStore]:
+        async for made in _checked(nx_uri):
+            made.prune_ops.ttl_monitor = True
+            yield made
+
+
+class TestTtlStampingOnMongoeco(TestTtlStampingOnNx):
+    @pytest.fixture
+    async def store(self, mongoeco_uri: str) -> AsyncIterator[MongoStore]:
+        async for made in _checked(mongoeco_uri):
+            made.prune_ops.ttl_monitor = True
             yield made

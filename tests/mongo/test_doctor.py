@@ -51,8 +51,8 @@ async def test_a_healthy_store_on_nx(initialised: MongoStore) -> None:
     assert report.ok and report.warnings == 1  # the standalone server
     assert [c.name for c in report.checks] == [
         "server", "topology", "write concern", "read concern", "change streams",
-        "indexes", "TTL index", "clock", "storage format", "unique indexes", "shard keys",
-        "workers", "stranded runs",
+        "indexes", "TTL index", "retention", "clock", "storage format", "unique indexes",
+        "shard keys", "workers", "stranded runs",
     ]  # fmt: skip
     names = await initialised.database.list_collection_names()
     assert not [n for n in names if "doctor" in n]  # the scratch collection is dropped
@@ -130,4 +130,4 @@ async def test_a_check_that_cannot_run_is_a_failure_not_a_crash(
     report = await diagnose(initialised)
     assert report.get("clock").status == "fail"
     assert "no clock today" in report.get("clock").detail
-    assert len(report.checks) == 13
+    assert len(report.checks) == 14
