@@ -24,6 +24,8 @@ from pathlib import Path
 from pymongo import monitoring
 
 from benchmarks.common import (
+    Measurement,
+    Sizes,
     StoreKind,
     drop_database,
     fresh_db_name,
@@ -43,6 +45,15 @@ SIZES = (100, 500_000, 2_000_000, 20_000_000)
 def bench_codec() -> PayloadCodec:
     """An ``AesGcmCodec`` with a fresh 256-bit key."""
     return AesGcmCodec(keys={"bench": os.urandom(32)}, current="bench")
+
+
+async def sealed_run(workload: str, kind: StoreKind, uri: str | None, z: Sizes) -> Measurement:
+    """The suite's W1 or W3 with every value sealed by ``AesGcmCodec``: its client CPU per
+    step against the plain rows is the codec's cost (docs/guides/data-at-rest.md)."""
+    on = uri if kind == "mongo" else None
+    if workload == "W1":
+        return await w1_sequential(kind, on, z.w1_runs, z.w1_steps, codec=bench_codec())
+    return await w3_long_run(kind, on, z.w3_steps, codec=bench_codec())
 
 
 async def _cpu_per_step(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import importlib.util
 import json
 import logging
@@ -41,6 +42,7 @@ from benchmarks.common import (
     server_version,
     summarise,
 )
+from benchmarks.data_at_rest import sealed_run
 from benchmarks.progress import Progress, plan_units
 from benchmarks.report import save
 from benchmarks.report_markdown import full_markdown
@@ -162,7 +164,8 @@ class Suite:
         }
         await self.measure(workload, kind, "", fns[workload])
         if workload in ("W1", "W3"):
-            await self.measure(workload, kind, "codec", lambda: self._sealed(workload, kind))
+            sealed = functools.partial(sealed_run, workload, kind, self.uri, self.z)
+            await self.measure(workload, kind, "codec", sealed)
         if workload == "W1" and kind == "mongo":
             held = z.w1_held
             await self.measure(
@@ -171,16 +174,6 @@ class Suite:
                 "held",
                 lambda: ours.w1_sequential(kind, uri, z.w1_runs, z.w1_steps, held=held),
             )
-
-    async def _sealed(self, workload: str, kind: StoreKind) -> Measurement:
-        """W1 or W3 with every value sealed by ``AesGcmCodec`` (docs/guides/data-at-rest.md):
-        its client CPU per step against the plain rows is the codec's cost."""
-        from benchmarks.data_at_rest import bench_codec
-
-        z, uri = self.z, self.uri if kind == "mongo" else None
-        if workload == "W1":
-            return await ours.w1_sequential(kind, uri, z.w1_runs, z.w1_steps, codec=bench_codec())
-        return await ours.w3_long_run(kind, uri, z.w3_steps, codec=bench_codec())
 
     async def dbos(self, workload: str) -> None:
         z = self.z

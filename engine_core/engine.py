@@ -12,17 +12,16 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import timedelta
 from types import TracebackType
 from typing import Any, TypeVar, overload
 
-from engine_core.common.clock import REAL_CLOCK, Clock
 from engine_core.codecs.payload import PayloadCodec
 from engine_core.codecs.sealed_store import sealed
 from engine_core.codecs.sealing import check_decoded
+from engine_core.common.clock import REAL_CLOCK, Clock
 from engine_core.common.convert import declared_return, from_json
 from engine_core.common.durations import Duration, check_retention, parse_duration
-from engine_core.common.options import check_order
 from engine_core.common.runtime import EngineConfig
 from engine_core.common.status import (
     QueueStatus,
@@ -33,13 +32,11 @@ from engine_core.common.status import (
     timeline,
 )
 from engine_core.common.values import (
-    check_moment,
     check_name,
     check_page,
-    check_prefix,
     check_run_id,
 )
-from engine_core.errors import InvalidOptionError, StoreUnavailableError
+from engine_core.errors import StoreUnavailableError
 from engine_core.fleet.recovery import RecoveryReport, WorkflowRecovery
 from engine_core.flow.debounce import check_debounce, check_on_duplicate
 from engine_core.flow.queue_figures import queue_figures
@@ -47,12 +44,13 @@ from engine_core.flow.queue_figures import store_declared_limits as declare_in_s
 from engine_core.flow.queues import declare
 from engine_core.flow.starts import check_registered
 from engine_core.front.host import Host
+from engine_core.front.listing_api import ListingApi
 from engine_core.front.repair_api import MAX_FORKS, RepairApi
 from engine_core.front.schedule_api import ScheduleApi
 from engine_core.front.starting import start_run
 from engine_core.front.talk_api import TalkApi
 from engine_core.mirror import RunMirror
-from engine_core.records import TERMINAL, RunRecord, Worker
+from engine_core.records import TERMINAL, Worker
 from engine_core.run.replay_check import replay_check
 from engine_core.run.results import outcome
 from engine_core.run.stream_reader import read_stream
@@ -64,10 +62,9 @@ from engine_core.streams import StreamEntry
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
 #: The most runs one ``list_runs`` call returns (page with ``after`` for more).
-MAX_LIST = 10_000
 
 
-class Engine(ScheduleApi, RepairApi, TalkApi):
+class Engine(ScheduleApi, RepairApi, TalkApi, ListingApi):
     """A durable workflow engine over a :class:`~engine_core.store.Store`."""
 
     def __init__(
@@ -88,21 +85,14 @@ class Engine(ScheduleApi, RepairApi, TalkApi):
         codec: PayloadCodec | None = None,
         retention: Duration | None = None,
     ) -> None:
-        """Options in seconds or duration strings (docs/guides/recovery.md). ``clock``: where
-        every time the engine and an in-memory store read comes from (the real clock by
-        default; ``engine_core.testing.VirtualClock`` in tests: docs/guides/testing.md).
-        A store that cannot follow it raises ``ValueError`` (MongoStore, for a virtual
-        clock). ``always_replay``: every pass ends after each step it records and the
-        next replays the body from the top, so a workflow that is not deterministic fails
-        its tests with :class:`NonDeterminismError`. ``codec``: a
-        :class:`~engine_core.codecs.PayloadCodec` applied to every user value at rest
-        (docs/guides/data-at-rest.md); ``retention``: how long an ended run and all it
-        owns are kept (a duration; None: until pruned), unless its workflow says
-        otherwise (``@engine.workflow(..., retention=...)``)."""
-        if codec is not None and not isinstance(codec, PayloadCodec):
-            raise InvalidOptionError(
-                f"codec must have encode(bytes) and decode(bytes) methods, not {codec!r}"
-            )
+        """Options in seconds or duration strings (docs/guides/recovery.md). ``clock``
+        (the real one by default) and ``always_replay`` (every pass ends after each step
+        it records, so a workflow that is not deterministic fails its tests with
+        :class:`NonDeterminismError`): docs/guides/testing.md; a store that cannot follow
+        the clock raises ``ValueError``. ``codec`` (a
+        :class:`~engine_core.codecs.PayloadCodec` for every user value at rest) and
+        ``retention`` (how long an ended run is kept; None: until pruned):
+        docs/guides/data-at-rest.md."""
         store = sealed(store, codec)
         self.store = store
         self.mirror = mirror
@@ -347,46 +337,6 @@ class Engine(ScheduleApi, RepairApi, TalkApi):
         check_decoded(*(e.error for e in entries))
         return entries
 
-    async def list_runs(
-        self,
-        workflow: str | None = None,
-        status: str | None = None,
-        limit: int = 50,
-        after: str | None = None,
-        *,
-        prefix: str | None = None,
-        created_since: datetime | None = None,
-        created_before: datetime | None = None,
-        version: str | None = None,
-        order: str = "newest",
-    ) -> list[RunStatus]:
-        """Runs newest first (by creation time; ``order="oldest"`` the other way round,
-        ``order="id"`` by run id); pass the last id seen as ``after`` for the next page.
-
-        ``prefix`` keeps the ids that start with it (plain characters, not a pattern);
-        ``created_since`` (inclusive) and ``created_before`` (exclusive) bound the
-        creation time (timezone-aware datetimes); ``version`` keeps the runs started with
-        that ``version=`` label."""
-        check_page(limit, after, MAX_LIST)
-        check_order(order)
-        prefix = check_prefix(prefix)
-        check_moment(created_since, "created_since")
-        check_moment(created_before, "created_before")
-        runs = await self._call(
-            lambda: self.store.list_runs(
-                workflow=workflow,
-                status=status,
-                limit=limit,
-                after=after,
-                prefix=prefix,
-                created_since=created_since,
-                created_before=created_before,
-                version=version,
-                order=order,
-            )
-        )
-        return _listed(runs)
-
     @overload
     async def result(self, run_id: str, timeout: float | None = None, *, returns: type[T]) -> T: ...
 
@@ -527,19 +477,5 @@ class Engine(ScheduleApi, RepairApi, TalkApi):
             clock=self._host.clock,
         )
 
-    async def list_children(self, run_id: str) -> list[RunStatus]:
-        """The child runs of the run, ordered by id (without their steps)."""
-        check_run_id(run_id)
-        children = await self._call(lambda: self.store.list_child_runs(run_id))
-        return _listed(sorted(children, key=lambda r: r.run_id))
-
 
 _T = TypeVar("_T")
-
-
-def _listed(runs: list[RunRecord]) -> list[RunStatus]:
-    """Runs as a list shows them (without steps); a value this process cannot decode
-    raises :class:`~engine_core.CodecError` (outside ``showing_undecodable()``)."""
-    for run in runs:
-        check_decoded(run.input, run.output, run.error)
-    return [fold_status(r, None) for r in runs]

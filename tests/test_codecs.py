@@ -127,6 +127,10 @@ def register(engine: Engine) -> None:
         sent = await ctx.dispatch("notify", "notify", {"to": MARK})
         await ctx.write_stream("progress", {"mark": MARK})
         approval = await ctx.wait_for_event("approval", timeout="30s")
+        await ctx.set_value("stage", {"mark": MARK})
+        asked = await ctx.wait_for_update("confirm", timeout="30s")
+        assert asked is not None
+        await asked.reply({"ok": asked.payload["mark"]})
         child = await ctx.child("kid", "kid", MARK)
         await ctx.sleep("nap", "50ms")
         return {"got": got, "failure": failure, "sent": sent, "approval": approval, "kid": child}
@@ -150,6 +154,9 @@ async def run_sealed(engine: Engine) -> str:
                 break
             await asyncio.sleep(0.02)
         await engine.send_event(run_id, "approval", {"ok": MARK})
+        assert await engine.get_value(run_id, "stage", timeout=30) == {"mark": MARK}
+        answer = await engine.update(run_id, "confirm", {"mark": MARK}, timeout=30)
+        assert answer == {"ok": MARK}
         assert await engine.result(run_id, timeout=30) == EXPECTED
     return run_id
 
@@ -186,6 +193,27 @@ async def test_every_user_value_is_sealed_at_rest_and_read_back_plain(store: Sto
     assert entries and not _contains_mark(entries)
     beat = await raw.get_heartbeat(run_id, "fetch")
     assert beat is not None and type(beat[1]) is bytes
+    assert status.values == {"stage": {"mark": MARK}}
+    (value,) = await raw.list_values(run_id)
+    assert type(value.value) is bytes
+    (update,) = await raw.list_updates(run_id, pending=False)
+    assert type(update.payload) is bytes and type(update.answer) is bytes
+    assert not _contains_mark(value) and not _contains_mark(update)
+
+
+async def test_a_debounced_start_seals_its_input(store: Store) -> None:
+    engine = Engine(store, codec=codec(), lease_ttl="5s")
+
+    @engine.workflow("later")
+    async def later(ctx: WorkflowContext, data: str) -> str:
+        return data
+
+    first = await engine.start("later", "first", debounce_key="k", debounce="1h")
+    again = await engine.start("later", MARK, debounce_key="k", debounce="1h")
+    assert again == first
+    stored = await store.get_run(first)
+    assert stored is not None and type(stored.input) is bytes and MARK not in repr(stored)
+    assert (await engine.status(first)).input == MARK
 
 
 async def test_a_run_continues_across_a_key_rotation(store: Store) -> None:

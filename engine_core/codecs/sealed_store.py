@@ -20,11 +20,13 @@ back as it was stored. Within ``showing_undecodable()`` none raises.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, TypeVar, cast
 
 from engine_core.codecs.apart import RUN_VALUES, STEP_VALUES, ValuesApart
 from engine_core.codecs.payload import PayloadCodec
 from engine_core.codecs.sealing import Sealer
+from engine_core.errors import InvalidOptionError
 from engine_core.records import (
     Apart,
     AttemptEntry,
@@ -34,6 +36,9 @@ from engine_core.records import (
     ScheduleRecord,
     StepGuard,
     StepRecord,
+    UpdateRecord,
+    UpdateSubmission,
+    ValueRecord,
 )
 from engine_core.store import Store
 from engine_core.streams import StreamEntry
@@ -86,6 +91,13 @@ PASSED_THROUGH = frozenset(
         "count_runs",
         "list_workflows",
         "expire_runs",
+        "value_hints",
+        "answer_hints",
+        "update_hints",
+        "get_key_windows",
+        "save_key_windows",
+        "count_waiting_keys",
+        "follow_clock",
     }
 )
 
@@ -360,10 +372,95 @@ class SealedStore:
     ) -> ScheduleRecord | None:
         return self._schedule(await self.inner.set_schedule_paused(name, paused, **options))
 
+    # ---- published values and updates (a run's, like its events) -------------------
+
+    async def put_value(self, run_id: str, key: str, value: Any, **options: Any) -> bool:
+        stored = await self._value_in(run_id, value)
+        try:
+            written = await self.inner.put_value(run_id, key, stored, **options)
+        except BaseException:
+            if isinstance(stored, Apart):
+                await self.apart.drop_values([stored])
+            raise
+        if not written and isinstance(stored, Apart):
+            await self.apart.drop_values([stored])  # an earlier pass wrote it: ours is not
+        return written
+
+    async def _values_out(self, values: Sequence[ValueRecord], strict: bool) -> list[ValueRecord]:
+        fetched = await self.apart.fetched(values, ("value",))
+        return [self.sealer.open_field(v, "value", strict) for v in fetched]
+
+    async def get_value(self, run_id: str, key: str) -> ValueRecord | None:
+        found = await self.inner.get_value(run_id, key)
+        return None if found is None else (await self._values_out([found], True))[0]
+
+    async def list_values(self, run_id: str) -> list[ValueRecord]:
+        # Read for status, the CLI and the dashboard: an undecodable one shows as such.
+        return await self._values_out(await self.inner.list_values(run_id), False)
+
+    async def _updates_out(
+        self, updates: Sequence[UpdateRecord], strict: bool = True
+    ) -> list[UpdateRecord]:
+        fetched = await self.apart.fetched(updates, ("payload",))
+        return [
+            self.sealer.open_field(self.sealer.open_field(u, "payload", strict), "answer", strict)
+            for u in fetched
+        ]
+
+    async def _update_out(self, update: UpdateRecord | None) -> UpdateRecord | None:
+        return None if update is None else (await self._updates_out([update]))[0]
+
+    async def submit_update(self, update: UpdateRecord) -> UpdateSubmission:
+        stored = self.sealer.seal_field(update, "payload")
+        stored = await self.apart.placed(stored, ("payload",), update.run_id)
+        try:
+            submitted = await self.inner.submit_update(stored)
+        except BaseException:
+            await self.apart.drop([stored], ("payload",))
+            raise
+        if not submitted.kept:
+            await self.apart.drop([stored], ("payload",))  # not kept: ours is no one's
+        if submitted.existing is None:
+            return submitted
+        return replace(submitted, existing=await self._update_out(submitted.existing))
+
+    async def consume_update(self, run_id: str, name: str, consumer: str) -> UpdateRecord | None:
+        return await self._update_out(await self.inner.consume_update(run_id, name, consumer))
+
+    async def answer_update(
+        self, run_id: str, update_id: str, answer: dict[str, Any], **options: Any
+    ) -> UpdateRecord | None:
+        # The whole answer is one sealed value: a reply and a rejection's reason alike.
+        sealed_answer = self.sealer.seal(answer)
+        answered = await self.inner.answer_update(run_id, update_id, sealed_answer, **options)
+        return await self._update_out(answered)
+
+    async def get_update(self, run_id: str, update_id: str) -> UpdateRecord | None:
+        return await self._update_out(await self.inner.get_update(run_id, update_id))
+
+    async def list_updates(self, run_id: str, *, pending: bool) -> list[UpdateRecord]:
+        listed = await self.inner.list_updates(run_id, pending=pending)
+        return await self._updates_out(listed, strict=False)
+
+    # ---- a debounced start: its input is the run's, sealed as an insert's -----------
+
+    async def debounce_run(self, run: RunRecord, **options: Any) -> tuple[str, bool]:
+        stored = await self._run_in(run)
+        try:
+            return await self.inner.debounce_run(stored, **options)
+        except BaseException:
+            await self.apart.drop([stored], RUN_VALUES)
+            raise
+
 
 def sealed(store: Store, codec: PayloadCodec | None) -> Store:
     """``store`` behind a :class:`SealedStore` with ``codec`` (one already sealed is kept
-    as it is when no codec is given; with one, its own store is sealed afresh)."""
+    as it is when no codec is given; with one, its own store is sealed afresh).
+    :class:`~engine_core.errors.InvalidOptionError` for a codec without the methods."""
+    if codec is not None and not isinstance(codec, PayloadCodec):
+        raise InvalidOptionError(
+            f"codec must have encode(bytes) and decode(bytes) methods, not {codec!r}"
+        )
     if isinstance(store, SealedStore):
         if codec is None:
             return cast(Store, store)

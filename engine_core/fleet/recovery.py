@@ -197,7 +197,7 @@ class WorkflowRecovery:
         """Retention: ended runs past their ``expire_at``, up to ``EXPIRE_BATCHES``
         batches a pass (the rest at the next)."""
         for _ in range(EXPIRE_BATCHES):
-            done = await self.store.expire_runs(utcnow(), RUN_BATCH)
+            done = await self.store.expire_runs(self.runtime.clock.now(), RUN_BATCH)
             report.expired += done
             if done < RUN_BATCH:
                 return

@@ -42,7 +42,7 @@ def expiry(runtime: Runtime, run: RunRecord) -> datetime | None:
     """When ``run``, ending now, may be deleted (its retention, see
     ``Runtime.retention``), or None: kept until pruned."""
     kept = runtime.retention(run.workflow, run.retention)
-    return None if kept is None else utcnow() + timedelta(seconds=kept)
+    return None if kept is None else runtime.clock.now() + timedelta(seconds=kept)
 
 
 def cancelled_error(run_id: str) -> dict[str, Any]:

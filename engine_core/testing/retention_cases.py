@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from engine_core.records import EventRecord, utcnow
+from engine_core.common.clock import utcnow
+from engine_core.records import EventRecord
 from engine_core.store import Store
 from engine_core.streams import StreamEntry
 from engine_core.testing.builders import begin, make_job, make_run

@@ -80,7 +80,7 @@ from pikku_mongo.wire.server import (
     topology,
     ttl_monitor,
 )
-from pikku_mongo.wire.skew import SkewBound
+from pikku_mongo.wire.skew import SkewBound, refuse_virtual, warn_if_beyond
 from pikku_mongo.wire.uri import database_name, redact
 from pikku_mongo.wire.watch import job_inserts
 from pikku_mongo.writes.batcher import Batcher
@@ -233,6 +233,11 @@ class MongoStore:
         self.fork_ops: ForkOps = ForkOps(
             runs=self.runs, steps=self.steps, forks=self.forks, reads=reads, store=self
         )
+        self._make_talk_parts()
+
+    def _make_talk_parts(self) -> None:
+        """The parts of streams, values, updates, events and the fleet's records."""
+        reads = self.reads
         self.stream_ops: StreamOps = StreamOps(
             watch=self._watch,
             reads=reads,
@@ -247,7 +252,7 @@ class MongoStore:
         self.update_ops: UpdateOps = UpdateOps(
             self.updates, runs=self.runs, run_writes=self.run_writes, reads=reads, watch=self._watch
         )
-        self.lease_ops: LeaseOps = LeaseOps(self.leases, skew=skew)
+        self.lease_ops: LeaseOps = LeaseOps(self.leases, skew=self.skew)
         self.schedule_ops: ScheduleOps = ScheduleOps(self.schedules, reads=reads)
         self.worker_ops: WorkerOps = WorkerOps(
             self.workers, clock_offset=lambda: self.measured_offset
@@ -381,33 +386,13 @@ class MongoStore:
         when the offset is certainly beyond half of ``max_clock_skew``. None when the
         server reports no ``localTime``."""
         measured = await measure_clock_offset(self.database, samples)
-        if measured is None:
-            log.info("the server reports no localTime: the clock offset is not measured")
-        elif measured.beyond(self.max_clock_skew / 2):
-            log.warning(
-                "this host's clock is %+.3f s (± %.3f s) off the MongoDB server's: beyond "
-                "half of max_clock_skew (%g s), so lease expiry may misjudge hosts whose "
-                "clocks differ by more than the bound; fix the clock sync (NTP) or raise "
-                "MongoStore(max_clock_skew=...)",
-                measured.offset,
-                measured.uncertainty,
-                self.max_clock_skew,
-            )
+        warn_if_beyond(log, measured, self.max_clock_skew)
         return measured
 
     def follow_clock(self, clock: TimeSource) -> None:
         """:meth:`Store.follow_clock <engine_core.store.Store.follow_clock>`: the real
-        clock only. Every host of a fleet judges the leases, claims and due times stored
-        here against its own real clock (:mod:`pikku_mongo.wire.skew`), and so do the CLI
-        and the dashboard: a virtual clock in one process would take other processes'
-        leases and fire their timers early. ``ValueError`` for a virtual clock."""
-        if clock.virtual:
-            raise ValueError(
-                f"{self!r} cannot follow a virtual clock ({clock!r}): the hosts of a fleet, "
-                "the CLI and the dashboard judge the leases, claims and due times a "
-                "MongoStore holds against their real clocks. Test with virtual time on an "
-                "InMemoryStore (engine_core.memory.InMemoryStore)"
-            )
+        clock only (:func:`~pikku_mongo.wire.skew.refuse_virtual` says why)."""
+        refuse_virtual(self, clock)
 
     def job_hints(self) -> AsyncIterator[None] | None:
         """A change stream of queue-job inserts (see :mod:`pikku_mongo.wire.watch`); it ends
@@ -424,7 +409,6 @@ class MongoStore:
     # ---- the store protocol, each method served by one part ------------------------
     # Each group names its part, then the methods that part serves.
 
-    # RunOps
     _runs = ServedBy["MongoStore", RunOps](lambda store: store.run_ops)
     insert_run = _runs(RunOps.insert_run)
     get_run = _runs(RunOps.get_run)
@@ -442,16 +426,13 @@ class MongoStore:
     list_child_runs = _runs(RunOps.list_child_runs)
     find_runs_needing_pass = _runs(RunOps.find_runs_needing_pass)
     find_idle_runs = _runs(RunOps.find_idle_runs)
-    # ListingOps
     _listing = ServedBy["MongoStore", ListingOps](lambda store: store.listing)
     list_runs = _listing(ListingOps.list_runs)
     count_runs = _listing(ListingOps.count_runs)
     list_workflows = _listing(ListingOps.list_workflows)
-    # PruneOps
     _prune = ServedBy["MongoStore", PruneOps](lambda store: store.prune_ops)
     delete_runs = _prune(PruneOps.delete_runs)
     expire_runs = _prune(PruneOps.expire_runs)
-    # StepOps
     _steps = ServedBy["MongoStore", StepOps](lambda store: store.step_ops)
     load_steps = _steps(StepOps.load_steps)
     load_steps_of = _steps(StepOps.load_steps_of)
@@ -467,7 +448,6 @@ class MongoStore:
     extend_claim = _steps(StepOps.extend_claim)
     halt_steps = _steps(StepOps.halt_steps)
     find_scheduled_steps = _steps(StepOps.find_scheduled_steps)
-    # QueueOps
     _queues = ServedBy["MongoStore", QueueOps](lambda store: store.queue_ops)
     get_queue_state = _queues(QueueOps.get_queue_state)
     save_queue_state = _queues(QueueOps.save_queue_state)
@@ -483,22 +463,18 @@ class MongoStore:
     count_queue = _queues(QueueOps.count_queue)
     count_waiting_keys = _queues(QueueOps.count_waiting_keys)
     queue_names = _queues(QueueOps.queue_names)
-    # KeyOps, DebounceOps
     _keys = ServedBy["MongoStore", KeyOps](lambda store: store.key_ops)
     get_key_windows = _keys(KeyOps.get_key_windows)
     save_key_windows = _keys(KeyOps.save_key_windows)
     debounce_run = ServedBy["MongoStore", DebounceOps](lambda store: store.debounce_ops)(
         DebounceOps.debounce_run
     )
-    # DedupOps
     _dedup = ServedBy["MongoStore", DedupOps](lambda store: store.dedup_ops)
     dedup_holder = _dedup(DedupOps.dedup_holder)
-    # ForkOps
     _forks = ServedBy["MongoStore", ForkOps](lambda store: store.fork_ops)
     fork_run = _forks(ForkOps.fork_run)
     list_forks = _forks(ForkOps.list_forks)
     clean_forks = _forks(ForkOps.clean_forks)
-    # StreamOps
     _streams = ServedBy["MongoStore", StreamOps](lambda store: store.stream_ops)
     append_stream = _streams(StreamOps.append_stream)
     stream_entries = _streams(StreamOps.stream_entries)
@@ -507,13 +483,11 @@ class MongoStore:
     stream_hints = _streams(StreamOps.stream_hints)
     put_heartbeat = _streams(StreamOps.put_heartbeat)
     get_heartbeat = _streams(StreamOps.get_heartbeat)
-    # ValueOps
     _values = ServedBy["MongoStore", ValueOps](lambda store: store.value_ops)
     put_value = _values(ValueOps.put_value)
     get_value = _values(ValueOps.get_value)
     list_values = _values(ValueOps.list_values)
     value_hints = _values(ValueOps.value_hints)
-    # UpdateOps
     _updates = ServedBy["MongoStore", UpdateOps](lambda store: store.update_ops)
     submit_update = _updates(UpdateOps.submit_update)
     consume_update = _updates(UpdateOps.consume_update)
@@ -522,16 +496,13 @@ class MongoStore:
     list_updates = _updates(UpdateOps.list_updates)
     answer_hints = _updates(UpdateOps.answer_hints)
     update_hints = _updates(UpdateOps.update_hints)
-    # EventOps
     _events = ServedBy["MongoStore", EventOps](lambda store: store.event_ops)
     insert_event = _events(EventOps.insert_event)
     consume_event = _events(EventOps.consume_event)
-    # LeaseOps
     _leases = ServedBy["MongoStore", LeaseOps](lambda store: store.lease_ops)
     acquire_lease = _leases(LeaseOps.acquire_lease)
     refresh_lease = _leases(LeaseOps.refresh_lease)
     release_lease = _leases(LeaseOps.release_lease)
-    # ScheduleOps
     _schedules = ServedBy["MongoStore", ScheduleOps](lambda store: store.schedule_ops)
     put_schedule = _schedules(ScheduleOps.put_schedule)
     get_schedule = _schedules(ScheduleOps.get_schedule)
@@ -539,7 +510,6 @@ class MongoStore:
     delete_schedule = _schedules(ScheduleOps.delete_schedule)
     set_schedule_paused = _schedules(ScheduleOps.set_schedule_paused)
     advance_schedule = _schedules(ScheduleOps.advance_schedule)
-    # WorkerOps
     _workers = ServedBy["MongoStore", WorkerOps](lambda store: store.worker_ops)
     put_worker = _workers(WorkerOps.put_worker)
     delete_worker = _workers(WorkerOps.delete_worker)
@@ -550,7 +520,6 @@ class MongoStore:
     offload_values = _offload(OffloadOps.offload_values)
     fetch_values = _offload(OffloadOps.fetch_values)
     drop_values = _offload(OffloadOps.drop_values)
-    # DeclaredOps
     _declared = ServedBy["MongoStore", DeclaredOps](lambda store: store.declared_ops)
     put_queue_limits = _declared(DeclaredOps.put_queue_limits)
     list_queue_limits = _declared(DeclaredOps.list_queue_limits)

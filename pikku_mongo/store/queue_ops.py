@@ -28,16 +28,7 @@ from engine_core.errors import DuplicateRunError
 from engine_core.records import LinePage, QueueState, RunRecord, RunState
 from pikku_mongo.store.runs_part import RunsPart
 from pikku_mongo.wire.checks import check_datetime, check_int, check_opt_str, check_str, check_strs
-from pikku_mongo.wire.documents import (
-    EXPIRY_UNSET,
-    Doc,
-    flow_fields,
-    held_key,
-    inflight_field,
-    line_bounds,
-    line_key,
-    run_from_doc,
-)
+from pikku_mongo.wire.documents import EXPIRY_UNSET, Doc, inflight_field, run_from_doc
 from pikku_mongo.wire.encoding import from_us, pack, to_us, unpack, unpack_opt
 from pikku_mongo.wire.filters import eq
 from pikku_mongo.wire.flow_fields import flow_fields, held_key, line_bounds, line_key

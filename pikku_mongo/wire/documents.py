@@ -35,6 +35,7 @@ from datetime import datetime
 from typing import Any, cast
 
 from engine_core.records import (
+    TERMINAL,
     AttemptEntry,
     InflightStep,
     RunRecord,

@@ -31,8 +31,12 @@ are not leases: a skewed clock fires them a little early or late, never twice.
 
 from __future__ import annotations
 
+import logging
+
+from engine_core.store import TimeSource
 from pikku_mongo.errors import LeaseTooShortError
 from pikku_mongo.wire.checks import check_seconds
+from pikku_mongo.wire.server import ClockOffset
 
 
 class SkewBound:
@@ -54,3 +58,34 @@ class SkewBound:
                 "MongoStore(max_clock_skew=...)"
             )
         return seconds
+
+
+def warn_if_beyond(log: logging.Logger, measured: ClockOffset | None, bound: float) -> None:
+    """Log ``measured`` (this host against the server) when it is certainly beyond half
+    of the skew ``bound``: two hosts each within half of it are within it of each other."""
+    if measured is None:
+        log.info("the server reports no localTime: the clock offset is not measured")
+    elif measured.beyond(bound / 2):
+        log.warning(
+            "this host's clock is %+.3f s (± %.3f s) off the MongoDB server's: beyond "
+            "half of max_clock_skew (%g s), so lease expiry may misjudge hosts whose "
+            "clocks differ by more than the bound; fix the clock sync (NTP) or raise "
+            "MongoStore(max_clock_skew=...)",
+            measured.offset,
+            measured.uncertainty,
+            bound,
+        )
+
+
+def refuse_virtual(store: object, clock: TimeSource) -> None:
+    """``ValueError`` for a virtual clock: every host of a fleet judges the leases, claims
+    and due times a MongoStore holds against its own real clock, and so do the CLI and the
+    dashboard, so a virtual clock in one process would take other processes' leases and
+    fire their timers early."""
+    if clock.virtual:
+        raise ValueError(
+            f"{store!r} cannot follow a virtual clock ({clock!r}): the hosts of a fleet, "
+            "the CLI and the dashboard judge the leases, claims and due times a "
+            "MongoStore holds against their real clocks. Test with virtual time on an "
+            "InMemoryStore (engine_core.memory.InMemoryStore)"
+        )
