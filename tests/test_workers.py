@@ -48,6 +48,8 @@ async def test_a_serving_engine_is_listed_until_it_stops(
                 "worker_concurrency": None,
                 "key_concurrency": None,
                 "rate": "10/60s",
+                "key_rate": None,
+                "fairness": None,
             }
         }
         assert listed.versions == []  # workflows have no versions yet

@@ -6,19 +6,23 @@ from __future__ import annotations
 from datetime import timedelta
 
 from engine_core.common.clock import utcnow
-from engine_core.records import EventRecord
+from engine_core.records import EventRecord, UpdateRecord
 from engine_core.store import Store
 from engine_core.streams import StreamEntry
 from engine_core.testing.builders import begin, make_job, make_run
 
 
 async def _owning(store: Store, run_id: str) -> None:
-    """Insert run ``run_id`` with a step, an event, a stream entry and a heartbeat."""
+    """Insert run ``run_id`` with a step, an event, a stream entry, a heartbeat, a
+    published value and an update."""
     await store.insert_run(make_run(run_id))
     await store.insert_step(make_job(run_id, "s"))
     await store.insert_event(EventRecord(f"{run_id}-e", run_id, "ev", {"v": 1}, utcnow()))
     await store.append_stream(StreamEntry(run_id, "log", 0, "line", utcnow()))
     await store.put_heartbeat(run_id, "s", attempt=1, details={"at": 1})
+    now = utcnow()
+    await store.put_value(run_id, "k", 1, branch="", position=0, written_at=now)
+    await store.submit_update(UpdateRecord(run_id, f"{run_id}-u", "ask", 2, now, seq="1"))
 
 
 async def _owns_nothing(store: Store, run_id: str) -> bool:
@@ -28,6 +32,8 @@ async def _owns_nothing(store: Store, run_id: str) -> bool:
         and await store.consume_event(run_id, "ev", "probe") is None
         and await store.stream_length(run_id, "log") == 0
         and await store.get_heartbeat(run_id, "s") is None
+        and await store.list_values(run_id) == []
+        and await store.list_updates(run_id, pending=False) == []
     )
 
 
