@@ -46,7 +46,7 @@ from pikku_mongo.wire.encoding import (
 from pikku_mongo.wire.filters import any_of, eq
 from pikku_mongo.wire.retry import surface_oversize, transient_retry
 from pikku_mongo.wire.shard_keys import item_filter
-from pikku_mongo.wire.watch import inserts, runs_changed
+from pikku_mongo.wire.watch import IDLE_POLL_S, inserts, runs_changed
 from pikku_mongo.writes.batcher import Batcher
 from pikku_mongo.writes.queued import failure_of
 from pikku_mongo.writes.riding import NotServed, client_bulk_write
@@ -253,7 +253,10 @@ class UpdateOps:
 
     def update_hints(self) -> AsyncIterator[None] | None:
         """A change stream of update inserts (ends at once on a server without change
-        streams)."""
+        streams), read at most every ``IDLE_POLL_S`` where the server answers at once: it
+        wakes a worker for runs of other processes' callers (a caller that drives the
+        run wakes it itself), whose poll would find them a little later anyway."""
         if not self.watch:
             return None
-        return inserts(self.updates, _UPDATE_INSERTS, "update change stream", None)
+        stream = "update change stream"
+        return inserts(self.updates, _UPDATE_INSERTS, stream, None, poll_s=IDLE_POLL_S)

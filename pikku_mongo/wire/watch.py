@@ -35,6 +35,10 @@ _ID_SEPARATOR = "\x01\x03"
 #: when the server answers at once instead.
 MAX_AWAIT_MS = 1000
 POLL_S = 0.01
+#: How often a stream that only wakes an idle worker early is read where the server
+#: answers at once: every worker keeps it open, so at POLL_S it would cost each a
+#: hundred commands a second, for wake-ups its own poll would bring a little later.
+IDLE_POLL_S = 0.25
 #: A ``getMore`` back sooner than this did not wait for a change.
 _PROMPT_S = 0.005
 _RETRY_S = 5.0
@@ -66,12 +70,18 @@ async def job_inserts(steps: AsyncCollection[Doc]) -> AsyncIterator[None]:
 
 
 async def inserts(
-    collection: AsyncCollection[Doc], pipeline: list[Doc], what: str, fallback: str | None
+    collection: AsyncCollection[Doc],
+    pipeline: list[Doc],
+    what: str,
+    fallback: str | None,
+    *,
+    poll_s: float = POLL_S,
 ) -> AsyncIterator[None]:
     """Yield once per change ``pipeline`` lets through (or batch of them) until the
     server refuses change streams (logged at INFO with ``fallback``, when given);
-    reopened after a broken stream (``what`` names it in the warning)."""
-    async for _ in changes(collection, pipeline, what, fallback):
+    reopened after a broken stream (``what`` names it in the warning). ``poll_s``: how
+    often it is read where the server answers at once."""
+    async for _ in changes(collection, pipeline, what, fallback, poll_s=poll_s):
         yield None
 
 
@@ -110,6 +120,7 @@ async def changes(
     *,
     opened: bool = False,
     lookup: str | None = None,
+    poll_s: float = POLL_S,
 ) -> AsyncIterator[Doc]:
     """Each change ``pipeline`` lets through (see :func:`inserts`); ``opened``: and an
     empty document each time the stream is (re)opened; ``lookup``: the stream's
@@ -127,7 +138,7 @@ async def changes(
                     if change is not None:
                         yield change
                     elif time.monotonic() - asked < _PROMPT_S:
-                        await asyncio.sleep(POLL_S)
+                        await asyncio.sleep(poll_s)
         except OperationFailure as exc:
             if unsupported(exc):
                 if fallback is not None:

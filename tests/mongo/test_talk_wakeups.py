@@ -87,3 +87,46 @@ async def test_a_waiting_caller_is_woken_not_polling(
             assert reads <= woken_bound, (kind, reads, waited)
         else:  # no change stream: the backoff's looks (5 ms doubling to 0.5 s)
             assert reads > woken_bound, (kind, reads, waited)
+
+
+class Commands(monitoring.CommandListener):
+    """Every command sent, by name."""
+
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        self.sent.append(event.command_name)
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        pass
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass
+
+
+async def test_an_idle_worker_reads_its_update_stream_a_few_times_a_second(nx_uri: str) -> None:
+    # nx-27017 answers a change stream's getMore at once: a worker reading the stream of
+    # updates at the pace of a waiting caller's would send a hundred commands a second
+    # for as long as it lives, for wake-ups its own poll would bring a little later.
+    base = await mongo_store(nx_uri)
+    await base.close()
+    commands = Commands()
+    store = MongoStore.from_uri(
+        with_database(nx_uri, base.database.name), max_clock_skew=0, event_listeners=[commands]
+    )
+    engine = Engine(store, lease_ttl="5s")
+
+    @engine.workflow("idle")
+    async def idle(ctx: WorkflowContext, data: Any) -> None:
+        return None
+
+    async with engine:
+        await asyncio.sleep(0.5)  # the streams are open
+        commands.sent.clear()
+        began = time.monotonic()
+        await asyncio.sleep(2.0)
+        took = time.monotonic() - began
+    # Fewer, never more, on a loaded machine: the bound counts what it may send.
+    assert commands.sent.count("getMore") <= 8 * took, commands.sent
+    await store.close()
