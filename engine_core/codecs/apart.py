@@ -17,6 +17,7 @@ import json
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
+from engine_core.codecs.sealing import copy_record
 from engine_core.records import Apart, RunRecord, StepRecord
 
 _R = TypeVar("_R")
@@ -39,12 +40,6 @@ def stored_bytes(value: Any, over: int) -> int:
     if isinstance(value, Apart):
         return 0
     return len(json.dumps(value, separators=(",", ":")))
-
-
-def _copy(record: _R) -> _R:
-    twin: _R = object.__new__(type(record))
-    twin.__dict__.update(record.__dict__)
-    return twin
 
 
 class ValuesApart:
@@ -81,7 +76,7 @@ class ValuesApart:
         moved = await self.place(run_id, values)
         if all(a is b for a, b in zip(values, moved, strict=True)):
             return record
-        twin = _copy(record)
+        twin = copy_record(record)
         for name, value in zip(names, moved, strict=True):
             object.__setattr__(twin, name, value)  # a frozen record too (StreamEntry)
         return twin
@@ -97,7 +92,7 @@ class ValuesApart:
             steps = await self.placed_steps(list(run.journal.values()))
             journal = dict(zip(run.journal, steps, strict=True))
             if any(journal[k] is not s for k, s in run.journal.items()):
-                run = _copy(run)
+                run = copy_record(run)
                 run.journal = journal
         return run
 
@@ -130,7 +125,7 @@ class ValuesApart:
         copied: set[int] = set()
         for (i, name, _), value in zip(wanted, values, strict=True):
             if i not in copied:
-                out[i] = _copy(out[i])
+                out[i] = copy_record(out[i])
                 copied.add(i)
             object.__setattr__(out[i], name, value)
         return out
@@ -147,7 +142,7 @@ class ValuesApart:
         if not any(isinstance(s.result, Apart) or isinstance(s.payload, Apart) for s in steps):
             return run
         fetched = await self.fetched(steps, STEP_VALUES)
-        twin = _copy(run)
+        twin = copy_record(run)
         twin.journal = {s.key: s for s in fetched}
         return twin
 

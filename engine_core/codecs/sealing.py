@@ -73,7 +73,9 @@ def check_decoded(*values: Any) -> None:
             raise value.error
 
 
-def _copy(record: _R) -> _R:
+def copy_record(record: _R) -> _R:
+    """A shallow copy of ``record`` (a frozen one too), made without running its
+    constructor's checks again."""
     twin: _R = object.__new__(type(record))
     twin.__dict__.update(record.__dict__)
     return twin
@@ -189,7 +191,7 @@ class Sealer:
             and history is step.history
         ):
             return step
-        twin = _copy(step)
+        twin = copy_record(step)
         twin.result, twin.payload, twin.error, twin.history = result, payload, err, history
         return twin
 
@@ -215,7 +217,7 @@ class Sealer:
                 journal = run.journal
         if inp is run.input and out is run.output and err is run.error and journal is run.journal:
             return run
-        twin = _copy(run)
+        twin = copy_record(run)
         twin.input, twin.output, twin.error, twin.journal = inp, out, err, journal
         return twin
 
@@ -243,7 +245,7 @@ class Sealer:
         sealed = self.seal(value)
         if sealed is value:
             return record
-        twin = _copy(record)
+        twin = copy_record(record)
         object.__setattr__(twin, name, sealed)  # a frozen record too (StreamEntry)
         return twin
 
@@ -253,7 +255,7 @@ class Sealer:
         opened = self.open(value, strict)
         if opened is value:
             return record
-        twin = _copy(record)
+        twin = copy_record(record)
         object.__setattr__(twin, name, opened)
         return twin
 
@@ -261,7 +263,7 @@ class Sealer:
 def _entry(entry: AttemptEntry, error: dict[str, Any] | None) -> AttemptEntry:
     if error is entry.error:
         return entry
-    twin = _copy(entry)
+    twin = copy_record(entry)
     twin.error = error
     return twin
 
