@@ -7,6 +7,7 @@ with the store.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -34,6 +35,8 @@ from engine_core.records import (
     RunState,
     ScheduleRecord,
     StepRecord,
+    UpdateRecord,
+    ValueRecord,
 )
 from engine_core.store import TimeSource
 
@@ -74,6 +77,11 @@ class InMemoryStore(
         self._turns: dict[tuple[str, str | None], int] = {}
         self._windows: dict[tuple[str, str], tuple[int, tuple[datetime, float | None] | None]] = {}
         self._key_windows: dict[tuple[str, str | None], KeyWindow] = {}
+        self._values: dict[tuple[str, str], ValueRecord] = {}
+        self._updates: dict[tuple[str, str], UpdateRecord] = {}
+        self._talk_waiters: dict[str, set[asyncio.Queue[Any]]] = {
+            kind: set() for kind in ("values", "answers", "updates")
+        }
 
     async def init(self) -> None:
         """:meth:`Store.init <engine_core.store.Store.init>`, in memory."""

@@ -20,12 +20,6 @@ class TalkMemory:
     _updates: dict[tuple[str, str], UpdateRecord]
     _talk_waiters: dict[str, set[asyncio.Queue[Any]]]
 
-    def _talk_tables(self) -> None:
-        if not hasattr(self, "_values"):
-            self._values = {}
-            self._updates = {}
-            self._talk_waiters = {"values": set(), "answers": set(), "updates": set()}
-
     def _wake_talk(self, kind: str, item: Any) -> None:
         for waiter in self._talk_waiters[kind]:
             waiter.put_nowait(item)
@@ -54,7 +48,6 @@ class TalkMemory:
         written_at: datetime,
     ) -> bool:
         """:meth:`Store.put_value <engine_core.store.Store.put_value>`, in memory."""
-        self._talk_tables()
         kept = self._values.get((run_id, key))
         if kept is not None and kept.marks.get(branch, -1) >= position:
             return False
@@ -66,26 +59,22 @@ class TalkMemory:
 
     async def get_value(self, run_id: str, key: str) -> ValueRecord | None:
         """:meth:`Store.get_value <engine_core.store.Store.get_value>`, in memory."""
-        self._talk_tables()
         kept = self._values.get((run_id, key))
         return None if kept is None else _copy_value(kept)
 
     async def list_values(self, run_id: str) -> list[ValueRecord]:
         """:meth:`Store.list_values <engine_core.store.Store.list_values>`, in memory."""
-        self._talk_tables()
         found = [v for (r, _), v in self._values.items() if r == run_id]
         return [_copy_value(v) for v in sorted(found, key=lambda v: v.key)]
 
     def value_hints(self) -> AsyncIterator[str] | None:
         """:meth:`Store.value_hints <engine_core.store.Store.value_hints>`, in memory."""
-        self._talk_tables()
         return self._talk_hints("values")
 
     # ---- updates ------------------------------------------------------------------
 
     async def submit_update(self, update: UpdateRecord) -> UpdateSubmission:
         """:meth:`Store.submit_update <engine_core.store.Store.submit_update>`, in memory."""
-        self._talk_tables()
         existing = self._updates.get((update.run_id, update.update_id))
         if existing is not None:
             return UpdateSubmission(kept=False, existing=clone(existing))
@@ -99,7 +88,6 @@ class TalkMemory:
 
     async def consume_update(self, run_id: str, name: str, consumer: str) -> UpdateRecord | None:
         """:meth:`Store.consume_update <engine_core.store.Store.consume_update>`, in memory."""
-        self._talk_tables()
         mine = [u for u in self._of(run_id) if u.consumed_by == consumer]
         if mine:
             return clone(mine[0])
@@ -113,7 +101,6 @@ class TalkMemory:
         self, run_id: str, update_id: str, answer: dict[str, Any], *, answered_at: datetime
     ) -> UpdateRecord | None:
         """:meth:`Store.answer_update <engine_core.store.Store.answer_update>`, in memory."""
-        self._talk_tables()
         update = self._updates.get((run_id, update_id))
         if update is None:
             return None
@@ -124,23 +111,19 @@ class TalkMemory:
 
     async def get_update(self, run_id: str, update_id: str) -> UpdateRecord | None:
         """:meth:`Store.get_update <engine_core.store.Store.get_update>`, in memory."""
-        self._talk_tables()
         update = self._updates.get((run_id, update_id))
         return None if update is None else clone(update)
 
     async def list_updates(self, run_id: str, *, pending: bool) -> list[UpdateRecord]:
         """:meth:`Store.list_updates <engine_core.store.Store.list_updates>`, in memory."""
-        self._talk_tables()
         return [clone(u) for u in self._of(run_id) if not pending or u.answer is None]
 
     def answer_hints(self) -> AsyncIterator[str] | None:
         """:meth:`Store.answer_hints <engine_core.store.Store.answer_hints>`, in memory."""
-        self._talk_tables()
         return self._talk_hints("answers")
 
     def update_hints(self) -> AsyncIterator[None] | None:
         """:meth:`Store.update_hints <engine_core.store.Store.update_hints>`, in memory."""
-        self._talk_tables()
         return self._talk_hints("updates")
 
     def _of(self, run_id: str) -> list[UpdateRecord]:
@@ -149,7 +132,6 @@ class TalkMemory:
         return sorted(found, key=lambda u: u.seq)
 
     def _drop_talk(self, run_ids: Iterable[str]) -> None:
-        self._talk_tables()
         gone = set(run_ids)
         self._values = {k: v for k, v in self._values.items() if k[0] not in gone}
         self._updates = {k: v for k, v in self._updates.items() if k[0] not in gone}
