@@ -89,7 +89,6 @@ class StepRunner(Protocol):
 
 
 _T = TypeVar("_T")
-_F = TypeVar("_F", bound=Callable[..., Any])
 _R = TypeVar("_R")
 _A = TypeVar("_A")
 _P = ParamSpec("_P")

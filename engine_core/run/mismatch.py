@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 from engine_core.common.convert import from_json
+from engine_core.common.lifecycle_log import one_line
 from engine_core.errors import InvalidInputError
 
 
@@ -26,17 +27,12 @@ class ValueMismatch(BaseException):
         name = getattr(declared, "__name__", str(declared))
         super().__init__(f"{what} does not fit the type the code declares ({name}): {exc}")
         self.step = step
-        self.recorded = _cut(json.dumps(value, default=str, sort_keys=True))
-        self.found = _cut(f"declares {name}: {_problems(exc)}")
+        self.recorded = one_line(json.dumps(value, default=str, sort_keys=True), 300)
+        self.found = one_line(f"declares {name}: {_problems(exc)}", 300)
 
 
 #: The "step" a run's input stands at when it no longer fits the declared type.
 INPUT_STEP = "(input)"
-
-
-def _cut(text: str, limit: int = 300) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
 def _problems(exc: BaseException) -> str:
