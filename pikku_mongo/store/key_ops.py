@@ -36,9 +36,9 @@ from engine_core.records import KeyWindow, RunRecord, debounce_run_id
 from pikku_mongo.wire.causal import CausalReads
 from pikku_mongo.wire.checks import check_int, check_opt_str, check_str
 from pikku_mongo.wire.documents import Doc
-from pikku_mongo.wire.encoding import from_us, pack, to_us
+from pikku_mongo.wire.encoding import ID_SEPARATOR, from_us, pack, to_us
 from pikku_mongo.wire.filters import eq
-from pikku_mongo.wire.flow_fields import ID_SEPARATOR, held_key
+from pikku_mongo.wire.flow_fields import held_key
 from pikku_mongo.wire.retry import transient_retry
 
 #: ``timeout_us`` of a window none of whose starts gave a ``debounce_timeout``.

@@ -370,8 +370,6 @@ class MongoStore:
             self.runs, self.steps, self.events, self.leases, ttl=not self._ttl_refused
         )
         self._ttl_refused = self._ttl_refused or not created
-        await self.stream_ops.create_stream_indexes()
-        await self.value_ops.create_value_indexes()
         await self.update_ops.create_update_indexes()
         await self.owned.create_indexes()
         await self.offload_ops.create_indexes()

@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from pymongo import ASCENDING, DESCENDING, IndexModel
+from pymongo import ASCENDING, DESCENDING
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import PyMongoError
 
@@ -27,7 +27,15 @@ from engine_core.streams import StreamEntry
 from pikku_mongo.wire.causal import CausalReads
 from pikku_mongo.wire.checks import check_int, check_str
 from pikku_mongo.wire.documents import Doc, step_doc_id
-from pikku_mongo.wire.encoding import dump_value, from_us, load_value, pack, to_us, unpack
+from pikku_mongo.wire.encoding import (
+    ID_SEPARATOR,
+    dump_value,
+    from_us,
+    load_value,
+    pack,
+    to_us,
+    unpack,
+)
 from pikku_mongo.wire.filters import eq
 from pikku_mongo.wire.retry import surface_oversize, transient_retry
 from pikku_mongo.wire.watch import inserts
@@ -35,15 +43,18 @@ from pikku_mongo.writes.batcher import Batcher
 
 log = logging.getLogger("pikku_mongo.store.stream_ops")
 
-_SEP = "\x01\x03"  # as in a step's _id: pack() never produces it
 _POS_DIGITS = 10
 _BY_ID = [("_id", ASCENDING)]
 _LAST = [("_id", DESCENDING)]
-STREAM_INDEXES = [IndexModel([("run_id", ASCENDING)])]
 
 
 def _stream_prefix(run_id: str, key: str) -> str:
-    return pack(check_str(run_id, "run id")) + _SEP + pack(check_str(key, "stream key")) + _SEP
+    return (
+        pack(check_str(run_id, "run id"))
+        + ID_SEPARATOR
+        + pack(check_str(key, "stream key"))
+        + ID_SEPARATOR
+    )
 
 
 def entry_to_doc(entry: StreamEntry) -> Doc:
@@ -88,10 +99,6 @@ class StreamOps:
     stream_writes: Batcher
     reads: CausalReads
     watch: bool
-
-    async def create_stream_indexes(self) -> None:
-        """1 ``createIndexes`` (``run_id``: a run's streams, listed and deleted)."""
-        await self.streams.create_indexes(STREAM_INDEXES)
 
     @surface_oversize
     async def append_stream(self, entry: StreamEntry) -> StreamEntry | None:

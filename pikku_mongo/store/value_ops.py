@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from pymongo import ASCENDING, IndexModel
+from pymongo import ASCENDING
 from pymongo.asynchronous.collection import AsyncCollection
 
 from engine_core.records import ValueRecord
@@ -30,7 +30,6 @@ from pikku_mongo.wire.shard_keys import item_filter
 from pikku_mongo.wire.watch import runs_changed
 from pikku_mongo.writes.batcher import Batcher
 
-VALUE_INDEXES = [IndexModel([("run_id", ASCENDING)])]
 _BY_KEY = [("key", ASCENDING)]
 
 
@@ -63,10 +62,6 @@ class ValueOps:
     value_writes: Batcher
     reads: CausalReads
     watch: bool
-
-    async def create_value_indexes(self) -> None:
-        """1 ``createIndexes`` (``run_id``: a run's values, listed and deleted)."""
-        await self.values.create_indexes(VALUE_INDEXES)
 
     @surface_oversize
     async def put_value(

@@ -46,6 +46,7 @@ from engine_core.records import (
 )
 from pikku_mongo.wire.checks import check_str
 from pikku_mongo.wire.encoding import (
+    ID_SEPARATOR,
     dump_text,
     dump_value,
     from_us,
@@ -58,7 +59,6 @@ from pikku_mongo.wire.encoding import (
     unpack,
     unpack_opt,
 )
-from pikku_mongo.wire.flow_fields import ID_SEPARATOR as _ID_SEPARATOR
 from pikku_mongo.wire.flow_fields import flow_fields
 from pikku_mongo.wire.journal_text import lean_step_from_text, step_from_text, step_to_text
 
@@ -318,7 +318,7 @@ def step_value(name: str, value: Any) -> Any:
 def step_doc_id(run_id: str, key: str) -> str:
     """A step's ``_id``: its run id and key, unambiguously, so the hot path finds it by
     ``_id`` alone (on every server the fastest lookup, whatever the collection holds)."""
-    return pack(check_str(run_id, "run id")) + _ID_SEPARATOR + pack(check_str(key, "step key"))
+    return pack(check_str(run_id, "run id")) + ID_SEPARATOR + pack(check_str(key, "step key"))
 
 
 #: StepRecord fields stored as they are (everything not encoded by :func:`step_value`).

@@ -28,6 +28,12 @@ _ONE_US = timedelta(microseconds=1)
 _UNESCAPE = re.compile("\x01(.)", re.DOTALL)
 
 
+#: Never inside a packed string (its ``\x01`` is always followed by ``\x01`` or
+#: ``\x02``), so an ``_id`` made of packed parts joined by it names one tuple: a step's
+#: (run id, key), a queue line's (queue, ...).
+ID_SEPARATOR = "\x01\x03"
+
+
 def pack(value: str) -> str:
     """Escape NUL order-preservingly: ``\\x00`` -> ``\\x01\\x01``, ``\\x01`` -> ``\\x01\\x02``."""
     if "\x00" not in value and "\x01" not in value:

@@ -8,15 +8,10 @@ from typing import Any
 
 from engine_core.records import TERMINAL, RunRecord
 from pikku_mongo.wire.checks import check_str
-from pikku_mongo.wire.encoding import pack, to_us
+from pikku_mongo.wire.encoding import ID_SEPARATOR, pack, to_us
 
 Doc = dict[str, Any]
 
-#: Never inside a packed string (its ``\x01`` is always followed by ``\x01`` or
-#: ``\x02``), so a step's ``_id`` names one (run id, key) pair, and a key of this module
-#: one (queue, ...) pair.
-ID_SEPARATOR = "\x01\x03"
-_ID_SEPARATOR = ID_SEPARATOR
 
 #: Priorities are stored offset so that every one is a non-negative fixed-width number.
 _PRIORITY_OFFSET = 10**15
@@ -32,7 +27,7 @@ def line_key(
     without a turn (started before the queue was fair) go first."""
     place = "" if turn is None else f"t{int(turn):020d}"
     return (
-        f"{pack(queue)}{_ID_SEPARATOR}{priority + _PRIORITY_OFFSET:016d}{place}"
+        f"{pack(queue)}{ID_SEPARATOR}{priority + _PRIORITY_OFFSET:016d}{place}"
         f"{to_us(created_at):020d}{pack(run_id)}"
     )
 
@@ -42,19 +37,19 @@ def line_bounds(queue: str) -> tuple[str, str]:
     character 1 only before a 1 or a 2, so the name of another queue that extends this
     one packs either below the separator (characters 1, 3) or from character 2 up, past
     the range's end. (No NUL: nx-27017 keeps strings in SQLite.)"""
-    return f"{pack(queue)}{_ID_SEPARATOR}", f"{pack(queue)}\x01\x04"
+    return f"{pack(queue)}{ID_SEPARATOR}", f"{pack(queue)}\x01\x04"
 
 
 def dedup_key(queue: str | None, dedup_id: str) -> str:
     """The ``_id`` of the dedup claim of ``dedup_id`` on ``queue``."""
-    return f"{pack(queue or '')}{_ID_SEPARATOR}{pack(dedup_id)}"
+    return f"{pack(queue or '')}{ID_SEPARATOR}{pack(dedup_id)}"
 
 
 def held_key(queue: str, key: str | None) -> str:
     """An admitted run's place among its queue's admitted runs (``qheld``): the queue
     first, so the admitted runs of a queue are one range of the index
     (:func:`line_bounds`), then its key, so those of one key are one value."""
-    return f"{pack(queue)}{_ID_SEPARATOR}" + ("n" if key is None else "k" + pack(key))
+    return f"{pack(queue)}{ID_SEPARATOR}" + ("n" if key is None else "k" + pack(key))
 
 
 def flow_fields(run: RunRecord) -> Doc:

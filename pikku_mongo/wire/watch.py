@@ -24,13 +24,11 @@ from typing import Any
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import OperationFailure, PyMongoError
 
-from pikku_mongo.wire.encoding import unpack
+from pikku_mongo.wire.encoding import ID_SEPARATOR, unpack
 
 log = logging.getLogger("pikku_mongo.wire.watch")
 
 Doc = dict[str, Any]
-#: What separates the run id from the rest of a per-run document's ``_id``.
-_ID_SEPARATOR = "\x01\x03"
 #: How long the server may hold a ``getMore`` (MongoDB); and how often a stream is read
 #: when the server answers at once instead.
 MAX_AWAIT_MS = 1000
@@ -109,7 +107,7 @@ async def runs_changed(
             continue
         doc_id = change.get("documentKey", {}).get("_id")
         if isinstance(doc_id, str):
-            yield unpack(doc_id.split(_ID_SEPARATOR, 1)[0])
+            yield unpack(doc_id.split(ID_SEPARATOR, 1)[0])
 
 
 async def changes(
