@@ -40,10 +40,10 @@ from pikku_mongo.wire.encoding import ID_SEPARATOR, from_us, pack, to_us
 from pikku_mongo.wire.filters import eq
 from pikku_mongo.wire.flow_fields import held_key
 from pikku_mongo.wire.retry import transient_retry
+from pikku_mongo.writes.queued import only_duplicates
 
 #: ``timeout_us`` of a window none of whose starts gave a ``debounce_timeout``.
 NO_TIMEOUT_US = 2**62
-_DUPLICATE_KEY = 11000
 
 
 def window_id(workflow: str, key: str) -> str:
@@ -164,8 +164,7 @@ class KeyOps:
         try:
             await self.qkeys.bulk_write(ops, ordered=False)
         except BulkWriteError as exc:
-            others = [e for e in exc.details.get("writeErrors", []) if e["code"] != _DUPLICATE_KEY]
-            if others:
+            if not only_duplicates(exc):
                 raise
 
     # ---- debounce windows ---------------------------------------------------------

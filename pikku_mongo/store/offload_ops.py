@@ -34,13 +34,13 @@ from pikku_mongo.wire.checks import check_str
 from pikku_mongo.wire.documents import Doc
 from pikku_mongo.wire.encoding import Offloaded, dump_text, load_value, pack
 from pikku_mongo.wire.retry import transient_retry
+from pikku_mongo.writes.queued import only_duplicates
 
 #: GridFS's default chunk size (255 KiB): a chunk document stays well under 16 MiB.
 CHUNK_SIZE = 255 * 1024
 #: GridFS's own indexes (what the bucket reads by).
 FILE_INDEXES = [IndexModel([("filename", ASCENDING), ("uploadDate", ASCENDING)])]
 CHUNK_INDEXES = [IndexModel([("files_id", ASCENDING), ("n", ASCENDING)], unique=True)]
-_DUPLICATE = 11000
 
 
 @dataclass(eq=False, kw_only=True)
@@ -93,7 +93,7 @@ class OffloadOps:
         try:
             await self.chunks.insert_many(chunks, ordered=False)
         except BulkWriteError as exc:  # a repeat after a lost reply: those landed
-            if any(e.get("code") != _DUPLICATE for e in exc.details.get("writeErrors", [])):
+            if not only_duplicates(exc):
                 raise
         file = {
             "_id": file_id,

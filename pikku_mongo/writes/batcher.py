@@ -29,7 +29,15 @@ from pymongo.errors import BulkWriteError, DocumentTooLarge, DuplicateKeyError, 
 
 from pikku_mongo.wire.documents import Doc
 from pikku_mongo.wire.retry import is_transient, retrying, unavailable
-from pikku_mongo.writes.queued import DUPLICATE_KEY, Confirm, Kind, Outcome, QueuedWrite, failure_of
+from pikku_mongo.writes.queued import (
+    DUPLICATE_KEY,
+    Confirm,
+    Kind,
+    Outcome,
+    QueuedWrite,
+    failure_of,
+    only_duplicates,
+)
 from pikku_mongo.writes.riding import NotServed, send_riding
 
 log = logging.getLogger("pikku_mongo.writes.batcher")
@@ -269,8 +277,7 @@ class Batcher:
         try:
             await self._beside.bulk_write(requests, ordered=False)
         except BulkWriteError as exc:
-            errors = exc.details.get("writeErrors", [])
-            if any(int(e.get("code", 0)) != DUPLICATE_KEY for e in errors):
+            if not only_duplicates(exc):
                 raise
             # A duplicate key: that document has moved on to a later attempt.
 

@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pymongo.errors import OperationFailure
+from pymongo.errors import BulkWriteError, OperationFailure
 
 from pikku_mongo.wire.documents import Doc
 
@@ -18,6 +18,13 @@ Outcome = bool | BaseException
 Confirm = Callable[[], Awaitable[bool]]
 #: The server's code for a duplicate key.
 DUPLICATE_KEY = 11000
+
+
+def only_duplicates(exc: BulkWriteError) -> bool:
+    """Whether every write error of a bulk write is a duplicate key (documents a repeat
+    or a later write put there first): nothing else went wrong."""
+    errors = exc.details.get("writeErrors", [])
+    return all(int(e.get("code", 0)) == DUPLICATE_KEY for e in errors)
 
 
 def failure_of(error: Any) -> Outcome:
