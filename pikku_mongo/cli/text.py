@@ -9,9 +9,8 @@ from datetime import datetime
 from typing import Any
 
 from engine_core import Engine, QueueStatus, RunStatus, StepStatus
-from engine_core.fleet.registry import why_undriven
 from engine_core.records import UpdateRecord
-from pikku_mongo.doctor.stranded import DRIVEN
+from pikku_mongo.doctor.stranded import why_stranded
 
 
 def _jsonable(value: Any) -> Any:
@@ -68,11 +67,7 @@ async def _show(engine: Engine, run_id: str) -> tuple[Any, str]:
     data = _jsonable(status)
     data["history"] = _jsonable(history)
     data["fork_ids"] = forks = await engine.list_forks(run_id)
-    undriven = None
-    if status.status in DRIVEN:
-        workers = await engine.list_workers()
-        undriven = why_undriven(status.workflow, status.version, workers)
-    data["stranded"] = undriven
+    data["stranded"] = undriven = await why_stranded(engine, status)
     pending = await engine.store.list_updates(run_id, pending=True)
     data["pending_updates"] = [
         {"update_id": u.update_id, "name": u.name, "taken": u.consumed_by is not None}

@@ -10,7 +10,6 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from engine_core import ForkPlan, QueueStatus, RunStatus
-from engine_core.fleet.registry import why_undriven
 from engine_core.records import TERMINAL
 from pikku_mongo.dashboard.actions import ACTIONS, Action, actions_for, perform
 from pikku_mongo.dashboard.bulk_pages import BULK_ACTIONS
@@ -26,7 +25,7 @@ from pikku_mongo.dashboard.rendering import PageBase, is_htmx, links_for, log, r
 from pikku_mongo.dashboard.streams_view import stream_tails
 from pikku_mongo.dashboard.views import build_timeline
 from pikku_mongo.dashboard.waiting import awaited_events, event_form, why_waiting
-from pikku_mongo.doctor.stranded import DRIVEN
+from pikku_mongo.doctor.stranded import why_stranded
 
 
 def _bulk_notice(params: Any) -> str | None:
@@ -118,7 +117,9 @@ class RunPages(PageBase):
             "pending_updates": pending,
             "actions": [] if self.read_only else actions_for(status.status),
             "waiting": why_waiting(
-                status, await self._queue_of(status), undriven=await self._undriven(status)
+                status,
+                await self._queue_of(status),
+                undriven=await why_stranded(self.engine, status),
             ),
             "send_events": [] if self.read_only else awaited_events(status),
             "send_explain": ACTIONS["send-event"].explain,
@@ -131,14 +132,6 @@ class RunPages(PageBase):
         }
         template = "_run_live.html" if is_htmx(request) else "run.html"
         return self.render(request, template, context)
-
-    async def _undriven(self, status: RunStatus) -> str | None:
-        """Why no live worker will drive the run, when it waits to be driven and none
-        will (1 read of the registry of workers)."""
-        if status.status not in DRIVEN:
-            return None
-        workers = await self.engine.list_workers()
-        return why_undriven(status.workflow, status.version, workers)
 
     async def _queue_of(self, status: RunStatus) -> QueueStatus | None:
         if status.status != "queued" or status.queue is None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from engine_core import Engine, Worker
+from engine_core import Engine, RunStatus, Worker
 from engine_core.fleet.registry import why_undriven
 
 #: The statuses of runs that wait for a worker to drive them.
@@ -44,6 +44,15 @@ class Stranded:
         if self.pinned_out:
             return f"{self.runs} run(s) of {self.missing}"
         return f"{self.runs} waiting for {self.missing} (registered on no live worker)"
+
+
+async def why_stranded(engine: Engine, status: RunStatus) -> str | None:
+    """Why no live worker will drive the run of ``status``, when it waits to be driven
+    and none will (1 read of the registry of workers); else None."""
+    if status.status not in DRIVEN:
+        return None
+    workers = await engine.list_workers()
+    return why_undriven(status.workflow, status.version, workers)
 
 
 async def stranded_runs(engine: Engine, workers: list[Worker] | None = None) -> list[Stranded]:
