@@ -31,10 +31,11 @@ from types import FunctionType
 from typing import Any, NoReturn
 
 from engine_core.common.clock import real_seconds
+from engine_core.common.values import check_name
 from engine_core.errors import NonDeterminismError
 from engine_core.records import StepRecord
 from engine_core.run.branch_order import BranchOrder, BranchView
-from engine_core.run.branches import Call
+from engine_core.run.branches import Ambiguous, Call, StepNames
 
 #: The kinds of step a workflow body reaches (compensations, patch markers and replies
 #: are not reached by the body as steps, so they take no part in the order).
@@ -338,6 +339,17 @@ class ReplayChecks:
             before = self._count
             await asyncio.sleep(0)
             idle = idle + 1 if self._count == before else 0
+
+    def place_step(self, names: StepNames, name: str) -> str:
+        """The key of step ``name`` reached here, its place noted (see
+        :meth:`note_place`); calls the engine cannot tell apart suspend the run."""
+        check_name(name, "step name")
+        try:
+            call = names.key(name)
+        except Ambiguous as exc:
+            self.cannot_tell_apart(exc.key, name)
+        self.note_place(call)
+        return call.key
 
     def note_place(self, call: Call) -> None:
         """Step ``call.key`` is reached where ``call`` says: under the root's batch

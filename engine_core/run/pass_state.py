@@ -34,11 +34,11 @@ from engine_core.common.journal import (
     merged,
 )
 from engine_core.common.runtime import Runtime
-from engine_core.common.values import check_name, held_size
+from engine_core.common.values import held_size
 from engine_core.mirror import mirror_step
 from engine_core.records import RunRecord, RunState, StepRecord
 from engine_core.run.body_hooks import OUTCOME_HOLD
-from engine_core.run.branches import Ambiguous, StepNames
+from engine_core.run.branches import StepNames
 from engine_core.run.control import RunControl
 from engine_core.run.divergence import Diverged, ReplayChecks
 from engine_core.run.journal_room import (
@@ -158,13 +158,7 @@ class PassState:
     def key(self, name: str) -> str:
         """The step's key in this run: its name, with an ordinal when reached again by
         the same branch of the body (``engine_core.run.branches``)."""
-        check_name(name, "step name")
-        try:
-            call = self.names.key(name)
-        except Ambiguous as exc:
-            self.checks.cannot_tell_apart(exc.key, name)
-        self.checks.note_place(call)
-        return call.key
+        return self.checks.place_step(self.names, name)
 
     def finished(self, key: str) -> StepRecord | None:
         """The step's record if it has finished; raises its failure if it failed."""

@@ -20,16 +20,15 @@ from engine_core.common.convert import declared_parameter
 from engine_core.common.durations import Duration
 from engine_core.common.journal import merged
 from engine_core.common.status import Divergence, ReplayReport
-from engine_core.common.values import check_name
 from engine_core.records import RunRecord, StepRecord
 from engine_core.run.body_hooks import running_body
-from engine_core.run.branches import Ambiguous, StepNames
+from engine_core.run.branches import StepNames
 from engine_core.run.context import WorkflowContext
 from engine_core.run.divergence import Diverged, ReplayChecks, callable_name
 from engine_core.run.mismatch import INPUT_STEP, ValueMismatch, as_declared
 from engine_core.run.patches import check_patch_id, has_marker
 from engine_core.run.signals import stored_failure
-from engine_core.run.update_request import UpdateRequest
+from engine_core.run.update_request import UpdateRequest, taken_request
 from engine_core.store import Store
 
 #: Runs whose steps are read in one command, runs replayed at once, and runs listed at
@@ -85,13 +84,7 @@ class DryReplay:
 
     async def _keyed(self, name: str, kind: str, ran: str | None) -> tuple[str, Any]:
         """The step's key and its recorded result, if the record agrees with the code."""
-        check_name(name, "step name")
-        try:
-            call = self.names.key(name)
-        except Ambiguous as exc:
-            self.checks.cannot_tell_apart(exc.key, name)
-        self.checks.note_place(call)
-        key = call.key
+        key = self.checks.place_step(self.names, name)
         if (check := self.checks.reach(key, kind, ran)) is not None:
             await check
         step = self.steps.get(key)
@@ -134,9 +127,7 @@ class DryReplay:
     async def update_step(self, name: str, timeout: Duration | None) -> UpdateRequest[Any] | None:
         """The recorded update, if the record agrees with the code."""
         key, taken = await self._keyed(name, "update", name)
-        if taken is None:
-            return None
-        return UpdateRequest(self, name, taken["update_id"], taken["payload"], key)
+        return taken_request(self, name, key, taken)
 
     async def patched(self, patch_id: str) -> bool:
         """As the record says the run went: True where it holds the marker."""

@@ -35,7 +35,7 @@ from engine_core.run.pass_state import PassState
 from engine_core.run.signals import SIGNALS, Parked, Stopped
 from engine_core.run.streams import BodyStreams
 from engine_core.run.transitions import woken
-from engine_core.run.update_request import UpdateRequest, reply_key
+from engine_core.run.update_request import UpdateRequest, reply_key, taken_request
 from engine_core.run.values import VALUE_CALL, BodyValues
 from engine_core.tracing import run_log_context
 
@@ -368,9 +368,7 @@ class RunPass(PassState):
     async def update_step(self, name: str, timeout: Duration | None) -> UpdateRequest[Any] | None:
         """``ctx.wait_for_update`` (see :func:`engine_core.run.waits.update_step`)."""
         key, taken = await self._riding(waits.update_step, self, name, timeout)
-        if taken is None:
-            return None
-        return UpdateRequest(self, name, taken["update_id"], taken["payload"], key)
+        return taken_request(self, name, key, taken)
 
     async def reply_update(self, wait_key: str, update_id: str, answer: dict[str, Any]) -> None:
         """``req.reply`` and ``req.reject``: a durable step, after the body's values so

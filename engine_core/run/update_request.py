@@ -39,6 +39,16 @@ class Replier(Protocol):
         ...
 
 
+def taken_request(
+    runner: Replier, name: str, wait_key: str, taken: dict[str, Any] | None
+) -> UpdateRequest[Any] | None:
+    """The request that the wait ``wait_key`` for update ``name`` took (``taken``: the
+    update as recorded), or None when the wait timed out."""
+    if taken is None:
+        return None
+    return UpdateRequest(runner, name, taken["update_id"], taken["payload"], wait_key)
+
+
 class UpdateRequest(Generic[_T]):
     """An update sent to the run with ``engine.update``, taken by
     ``ctx.wait_for_update``: its ``name``, ``update_id`` and ``payload`` (as ``returns=``
