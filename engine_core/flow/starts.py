@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from engine_core.common.durations import Duration, parse_duration
-from engine_core.common.values import MAX_VALUE_BYTES, check_name, check_run_id, to_stored
+from engine_core.common.values import check_name, check_run_id
 from engine_core.errors import WorkflowNotRegisteredError
 from engine_core.flow.queues import QueueLimits, check_priority, declared
 from engine_core.records import RunRecord
@@ -40,10 +40,10 @@ def new_run(
     dedup_id: str | None = None,
     delay: Duration | None = None,
     deadline: Duration | None = None,
-    limit: int = MAX_VALUE_BYTES,
 ) -> RunRecord:
-    """The run to insert at ``now``, every argument checked (its input no larger than
-    ``limit``): ``running``, or ``queued`` when it waits for its queue or its delay."""
+    """The run to insert at ``now``, every argument checked (``input``: as stored, see
+    ``common.values.to_stored``): ``running``, or ``queued`` when it waits for its queue
+    or its delay."""
     run_id = check_run_id(run_id) if run_id is not None else uuid.uuid4().hex
     limits = declared(queues, queue) if queue is not None else None
     if limits is None and (key is not None or priority != 0):
@@ -57,7 +57,7 @@ def new_run(
         run_id=run_id,
         workflow=workflow,
         status="running",
-        input=to_stored(input, f"input of workflow {workflow!r}", limit),
+        input=input,
         created_at=now,
         updated_at=now,
         wire={"traceparent": new_run_traceparent(), "started_by": started_by},

@@ -90,8 +90,11 @@ class RepairApi:
         run = run or await self._control.get(run_id)
         if input is not UNCHANGED:
             if run.workflow in host.workflows:
-                check_input(host.workflows[run.workflow], run.workflow, input, value_limit(store))
-            input = to_stored(input, f"input of workflow {run.workflow!r}", value_limit(store))
+                input = check_input(
+                    host.workflows[run.workflow], run.workflow, input, value_limit(store)
+                )
+            else:
+                input = to_stored(input, f"input of workflow {run.workflow!r}", value_limit(store))
         fork, steps = plan_fork(
             run,
             await store.load_steps(run.run_id),

@@ -136,7 +136,7 @@ async def _planned(
     version = host.workflow_version(workflow)
     limit = value_limit(host.store)
     if local:
-        check_input(host.workflows[workflow], workflow, input, limit)
+        stored = check_input(host.workflows[workflow], workflow, input, limit)
     else:
         # A client by name: some live worker must serve it. The run takes the version
         # of the one that started last (so a pinned fleet drives it) and the input is
@@ -155,8 +155,8 @@ async def _planned(
         found = await call(lambda: host.fleet.queue_limits(queue))
         if found is not None:
             queues = {**queues, queue: limits_of(queue, found)}
-    run = new_run(workflow, input, run_id=run_id, started_by=host.instance_id, queues=queues,
-                  now=host.clock.now(), limit=limit, **flow)  # fmt: skip
+    run = new_run(workflow, stored, run_id=run_id, started_by=host.instance_id, queues=queues,
+                  now=host.clock.now(), **flow)  # fmt: skip
     run.version = version
     run.retention = host.retention(workflow)
     adopt = may_adopt and local and run.status == "running" and host.room_to_adopt() > 0
@@ -252,12 +252,11 @@ async def record_for_fleet(
     fleet to drive, without checking that any live worker serves it."""
     run = new_run(
         workflow,
-        input,
+        to_stored(input, f"input of workflow {workflow!r}", value_limit(host.store)),
         run_id=run_id,
         started_by=host.instance_id,
         queues=host.queues,
         now=host.clock.now(),
-        limit=value_limit(host.store),
     )
     run.retention = host.retention(workflow)
     await call(lambda: host.store.insert_run(run))
@@ -266,10 +265,12 @@ async def record_for_fleet(
 
 def check_input(
     fn: Callable[..., Any], workflow: str, input: Any, limit: int = MAX_VALUE_BYTES
-) -> None:
-    """``input`` must fit the type ``fn`` declares for it: :class:`InvalidInputError`
-    (and be no larger than ``limit``: :class:`ValueTooLargeError`)."""
+) -> Any:
+    """``input`` as stored, which must fit the type ``fn`` declares for it:
+    :class:`InvalidInputError` (and be no larger than ``limit``:
+    :class:`ValueTooLargeError`)."""
+    stored = to_stored(input, f"input of workflow {workflow!r}", limit)
     declared = declared_parameter(fn, 1)
     if declared is not None:
-        stored = to_stored(input, f"input of workflow {workflow!r}", limit)
         read_input(workflow, stored, declared)
+    return stored
