@@ -15,8 +15,10 @@ import importlib
 import re
 from pathlib import Path
 
+from tests.test_examples import PAGES
+
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+
 #: Folders that are not the repository's own text: tools, caches, built files.
 NOT_OURS = {
     ".git",
@@ -108,7 +110,7 @@ def test_every_python_name_the_docs_cite_exists() -> None:
     loggers = _loggers()
     cited = {
         (path.relative_to(ROOT).as_posix(), name)
-        for path in DOCS
+        for path in PAGES
         for code in re.findall(r"`([^`\n]+)`", path.read_text())
         for name in DOTTED.findall(code)
     }
@@ -122,7 +124,7 @@ def test_every_python_name_the_docs_cite_exists() -> None:
 def test_every_file_the_docs_cite_exists() -> None:
     cited = {
         (path.relative_to(ROOT).as_posix(), name)
-        for path in DOCS
+        for path in PAGES
         for name in FILE.findall(path.read_text())
     }
     assert len(cited) >= 10

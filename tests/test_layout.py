@@ -8,6 +8,7 @@ function, grows past what a reader takes in at once. The public surfaces:
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -292,6 +293,7 @@ def _imports(path: Path, package: str) -> set[str]:
     return found
 
 
+@functools.cache
 def _graph(package: str) -> dict[str, set[str]]:
     base = ROOT / package
     return {
@@ -363,6 +365,7 @@ def test_no_source_file_is_over_about_500_lines() -> None:
     assert long == {}
 
 
+@functools.cache
 def _functions() -> list[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]]:
     return [
         (f"{path.relative_to(ROOT)}:{node.lineno} {node.name}", node)

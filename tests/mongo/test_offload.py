@@ -13,7 +13,6 @@ from typing import Any
 
 import bson
 import pytest
-from pymongo import monitoring
 
 from engine_core import (
     Engine,
@@ -30,31 +29,22 @@ from engine_core.testing.builders import begin, done_step, make_run
 from pikku_mongo import MongoStore
 from pikku_mongo.wire.encoding import Offloaded
 from tests.conftest import mongo_store
+from tests.support.sent_commands import SentCommands
 from tests.support.stored_documents import stored_documents
 
 MB = 1000 * 1000
 MIB = 1024 * 1024
 
 
-class Commands(monitoring.CommandListener):
-    """The commands sent, as (name, collection)."""
-
-    def __init__(self) -> None:
-        self.sent: list[tuple[str, str]] = []
-
-    def started(self, event: monitoring.CommandStartedEvent) -> None:
-        self.sent.append((event.command_name, str(event.command.get(event.command_name))))
-
-    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
-        pass
-
-    def failed(self, event: monitoring.CommandFailedEvent) -> None:
-        pass
+#: A store and the commands its client sent.
+Listened = tuple[MongoStore, SentCommands]
 
 
 @pytest.fixture(params=["nx", "mongoeco"])
-async def listened(request: pytest.FixtureRequest) -> AsyncIterator[tuple[MongoStore, Commands]]:
-    commands = Commands()
+async def listened(
+    request: pytest.FixtureRequest,
+) -> AsyncIterator[Listened]:
+    commands = SentCommands()
     store = await mongo_store(
         request.getfixturevalue(f"{request.param}_uri"), event_listeners=[commands]
     )
@@ -91,7 +81,7 @@ def register(engine: Engine) -> None:
 
 @pytest.mark.parametrize("codec", [None, AesGcmCodec(keys={"k": os.urandom(32)}, current="k")])
 async def test_a_20_mb_result_and_a_wide_fan_out_keep_documents_small(
-    listened: tuple[MongoStore, Commands], codec: AesGcmCodec | None
+    listened: Listened, codec: AesGcmCodec | None
 ) -> None:
     store, _ = listened
     engine = Engine(store, codec=codec, lease_ttl="10s")
@@ -113,7 +103,7 @@ async def test_a_20_mb_result_and_a_wide_fan_out_keep_documents_small(
 
 
 async def test_a_list_leaves_values_in_gridfs_and_reads_fetch_them(
-    listened: tuple[MongoStore, Commands],
+    listened: Listened,
 ) -> None:
     store, commands = listened
     engine = Engine(store, lease_ttl="10s")
@@ -133,7 +123,7 @@ async def test_a_list_leaves_values_in_gridfs_and_reads_fetch_them(
 
 
 async def test_a_value_costs_gridfs_chunks_and_one_command_more(
-    listened: tuple[MongoStore, Commands],
+    listened: Listened,
 ) -> None:
     """At the engine's seam (what a pass calls to record a step's outcome): a value under
     ``offload_over`` adds no command; a 20 MB one adds one insert of its chunks and one
@@ -164,7 +154,9 @@ async def test_a_value_costs_gridfs_chunks_and_one_command_more(
     assert [c for c in large if "offloaded" not in c[1]] == small
 
 
-async def test_offloaded_values_go_with_their_run(listened: tuple[MongoStore, Commands]) -> None:
+async def test_offloaded_values_go_with_their_run(
+    listened: Listened,
+) -> None:
     store, _ = listened
     engine = Engine(store, lease_ttl="10s")
     register(engine)
@@ -180,7 +172,7 @@ async def test_offloaded_values_go_with_their_run(listened: tuple[MongoStore, Co
 
 
 async def test_offloaded_values_expire_with_their_run(
-    listened: tuple[MongoStore, Commands],
+    listened: Listened,
 ) -> None:
     """Retention's sweep (the test servers run no TTL monitor) deletes a run's files in
     GridFS with it."""
@@ -204,7 +196,7 @@ async def test_offloaded_values_expire_with_their_run(
 
 
 async def test_a_start_that_finds_its_run_leaves_no_value_behind(
-    listened: tuple[MongoStore, Commands],
+    listened: Listened,
 ) -> None:
     store, _ = listened
     engine = Engine(store, lease_ttl="10s")
@@ -289,7 +281,7 @@ def test_a_value_is_sized_as_it_is_stored() -> None:
 
 
 async def test_a_heartbeat_replaced_leaves_no_value_behind(
-    listened: tuple[MongoStore, Commands],
+    listened: Listened,
 ) -> None:
     """Heartbeats repeat: large details kept in GridFS are dropped when the next heartbeat
     of the step replaces them, so a step that beats often keeps one file, not one a beat."""
@@ -315,7 +307,9 @@ async def test_a_heartbeat_replaced_leaves_no_value_behind(
     assert held is not None and held[1]["n"] == 3 and held[1]["state"] == report(2 * MIB)
 
 
-async def test_each_large_outcome_is_kept_apart_once(listened: tuple[MongoStore, Commands]) -> None:
+async def test_each_large_outcome_is_kept_apart_once(
+    listened: Listened,
+) -> None:
     """Outcomes past the limit, in a fan-out and one after another, through the journal
     and on to their step records and a replay: one file each, never written twice."""
     store, _ = listened

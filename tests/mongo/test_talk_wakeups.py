@@ -17,6 +17,7 @@ from engine_core import Engine, WorkflowContext
 from engine_core.fleet.talk_waiters import CHECK_S
 from pikku_mongo import MongoStore
 from tests.conftest import mongo_store, with_database
+from tests.support.sent_commands import SentCommands
 
 WAIT_S = 2.5
 
@@ -89,32 +90,12 @@ async def test_a_waiting_caller_is_woken_not_polling(
             assert reads > woken_bound, (kind, reads, waited)
 
 
-class Commands(monitoring.CommandListener):
-    """Every command sent, by name."""
-
-    def __init__(self) -> None:
-        self.sent: list[str] = []
-
-    def started(self, event: monitoring.CommandStartedEvent) -> None:
-        self.sent.append(event.command_name)
-
-    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
-        pass
-
-    def failed(self, event: monitoring.CommandFailedEvent) -> None:
-        pass
-
-
 async def test_an_idle_worker_reads_its_update_stream_a_few_times_a_second(nx_uri: str) -> None:
     # nx-27017 answers a change stream's getMore at once: a worker reading the stream of
     # updates at the pace of a waiting caller's would send a hundred commands a second
     # for as long as it lives, for wake-ups its own poll would bring a little later.
-    base = await mongo_store(nx_uri)
-    await base.close()
-    commands = Commands()
-    store = MongoStore.from_uri(
-        with_database(nx_uri, base.database.name), max_clock_skew=0, event_listeners=[commands]
-    )
+    commands = SentCommands()
+    store = await mongo_store(nx_uri, event_listeners=[commands])
     engine = Engine(store, lease_ttl="5s")
 
     @engine.workflow("idle")
@@ -128,5 +109,5 @@ async def test_an_idle_worker_reads_its_update_stream_a_few_times_a_second(nx_ur
         await asyncio.sleep(2.0)
         took = time.monotonic() - began
     # Fewer, never more, on a loaded machine: the bound counts what it may send.
-    assert commands.sent.count("getMore") <= 8 * took, commands.sent
+    assert commands.count("getMore") <= 8 * took, commands.sent
     await store.close()
