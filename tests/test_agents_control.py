@@ -14,7 +14,8 @@ from pydantic_ai.messages import AgentStreamEvent
 
 from engine_core import Engine, WorkflowContext, WorkflowRunCancelledError
 from engine_core.pydantic_ai import PikkuDurability
-from tests.support.agents import Script, call, durable_agent, reaches, run_agent
+from tests.support.agents import Script, call, durable_agent, run_agent
+from tests.support.waiting import reaches
 
 MODEL = "support__model.request"
 TOOL = "support__function_toolset__<agent>.call_tool\\:"

@@ -15,6 +15,7 @@ from pydantic_ai.messages import ToolReturnPart
 from engine_core import Engine, WorkflowContext, WorkflowRunFailedError
 from engine_core.pydantic_ai import PikkuDurability
 from tests.support.agents import Script, call
+from tests.support.waiting import reaches
 
 TOOLS = "support__function_toolset__<agent>.call_tool\\:"
 
@@ -140,10 +141,7 @@ async def test_the_bodys_branches_keep_their_keys_beside_and_after_agents(
 
     async with engine:
         run_id = await engine.start("crowd")
-        deadline = asyncio.get_running_loop().time() + 10
-        while "go" not in (await engine.status(run_id)).steps:
-            assert asyncio.get_running_loop().time() < deadline
-            await asyncio.sleep(0.02)
+        await reaches(engine, run_id, "go", limit=10)
         await engine.send_event(run_id, "go", None)
         assert await engine.result(run_id, timeout=10) == ["done 1", "done 2", 0, 1]
     assert sorted(helpers) == [0, 1] and Counter(ran) == {"a": 2, "b": 2}

@@ -8,27 +8,11 @@ from typing import Any
 
 from engine_core import Engine, WorkflowContext
 from engine_core.run.keys import step_key
+from tests.support.waiting import wait_run, wait_step
 
 
 async def _echo(value: str) -> str:
     return value
-
-
-async def _wait_for_status(engine: Engine, run_id: str, status: str) -> None:
-    for _ in range(500):
-        if (await engine.status(run_id)).status == status:
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"run {run_id} never became {status}")
-
-
-async def _parked_on(engine: Engine, run_id: str, key: str) -> None:
-    for _ in range(500):
-        step = (await engine.status(run_id)).steps.get(key)
-        if step is not None and step.status == "scheduled":
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"run {run_id} never parked on {key}")
 
 
 async def test_branches_that_reuse_a_step_name_keep_their_results_on_replay(
@@ -53,7 +37,7 @@ async def test_branches_that_reuse_a_step_name_keep_their_results_on_replay(
 
     async with engine:
         run_id = await engine.start("fan")
-        await _parked_on(engine, run_id, "go")
+        await wait_step(engine, run_id, "go", "scheduled")
         # A dry replay keys the calls as a pass does: it finds nothing diverging.
         report = await engine.replay_check(run_ids=[run_id])
         assert (report.checked, report.diverged) == (1, [])
@@ -78,7 +62,7 @@ async def test_gathered_direct_calls_keep_their_plain_keys(engine: Engine) -> No
 
     async with engine:
         run_id = await engine.start("direct")
-        await _parked_on(engine, run_id, "go")
+        await wait_step(engine, run_id, "go", "scheduled")
         await engine.send_event(run_id, "go", None)
         assert await engine.result(run_id, timeout=20) == [["i0", "i1", "i2"], ["a", "b"]]
     steps = (await engine.status(run_id)).steps
@@ -105,7 +89,7 @@ async def test_tasks_the_engine_cannot_name_suspend_the_run(engine: Engine) -> N
 
     async with engine:
         run_id = await engine.start("unnamed")
-        await _wait_for_status(engine, run_id, "suspended")
+        await wait_run(engine, run_id, "suspended")
     st = await engine.status(run_id)
     assert st.error is not None and st.error["type"] == "NonDeterminismError"
     assert st.error["step"].startswith("w")
@@ -136,7 +120,7 @@ async def test_a_branch_that_waits_between_steps_raises_no_false_alarm(engine: E
 
     async with engine:
         run_id = await engine.start("paced")
-        await _parked_on(engine, run_id, "go")
+        await wait_step(engine, run_id, "go", "scheduled")
         await engine.send_event(run_id, "go", None)
         assert await engine.result(run_id, timeout=20) == [["a0", "a1"], ["b0", "b1"]]
 
@@ -165,7 +149,7 @@ async def test_a_step_moved_before_a_gather_diverges_and_a_patch_check_does_not(
 
     async with engine:
         run_id = await engine.start("moved")
-        await _parked_on(engine, run_id, "go")
+        await wait_step(engine, run_id, "go", "scheduled")
         code["v"] = 2
         report = await engine.replay_check(run_ids=[run_id])
         # The branches were made before the body's first step: where they ran moved.

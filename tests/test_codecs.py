@@ -16,6 +16,7 @@ from engine_core.codecs.sealed_store import PASSED_THROUGH, SealedStore
 from engine_core.codecs.sealing import SEALED, Undecoded, showing_undecodable
 from engine_core.common.journal import merged_steps
 from engine_core.store import Store
+from tests.support.waiting import reaches
 
 K1, K2 = os.urandom(32), os.urandom(16)
 MARK = "PLAIN-MARKER-7f3a"
@@ -149,10 +150,7 @@ async def run_sealed(engine: Engine) -> str:
     register(engine)
     async with engine:
         run_id = await engine.start("sealed", {"order": MARK}, run_id="sealed-1")
-        for _ in range(300):
-            if (await engine.status(run_id)).steps.get("approval"):
-                break
-            await asyncio.sleep(0.02)
+        await reaches(engine, run_id, "approval")
         await engine.send_event(run_id, "approval", {"ok": MARK})
         assert await engine.get_value(run_id, "stage", timeout=30) == {"mark": MARK}
         answer = await engine.update(run_id, "confirm", {"mark": MARK}, timeout=30)

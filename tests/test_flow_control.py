@@ -22,6 +22,7 @@ from engine_core import (
 )
 from engine_core.store import Store
 from tests.conftest import open_store
+from tests.support.waiting import reaches, wait_run
 
 
 @pytest.fixture(params=["memory", "mongo", "mongo-targeted"])
@@ -211,10 +212,7 @@ async def test_on_duplicate_cancel_refuses_a_holder_that_is_compensating(store: 
 
     async with engine:
         holder = await engine.start("undone", 1, dedup_id="d")
-        for _ in range(500):
-            if (await engine.status(holder)).steps.get("go") is not None:
-                break
-            await asyncio.sleep(0.01)
+        await reaches(engine, holder, "go")
         await engine.cancel(holder, compensate=True)
         assert (await engine.status(holder)).status == "compensating"
         with pytest.raises(DuplicateRunError, match="compensating") as raised:
@@ -222,11 +220,7 @@ async def test_on_duplicate_cancel_refuses_a_holder_that_is_compensating(store: 
         assert raised.value.run_id == holder
         assert await runs_of(engine, "undone") == [holder]  # recorded nothing
         gate.set()
-        for _ in range(500):
-            if (await engine.status(holder)).status != "compensating":
-                break
-            await asyncio.sleep(0.01)
-        assert (await engine.status(holder)).status == "compensated"
+        await wait_run(engine, holder, "compensated")
         new = await engine.start("undone", 3, dedup_id="d", on_duplicate="cancel")
         assert new != holder and (await engine.status(new)).status != "cancelled"
         await engine.cancel(new)
@@ -281,11 +275,7 @@ async def test_a_key_at_its_limit_does_not_hold_back_keys_behind_a_full_page(
     busy = [await client.start("sub", n, queue="busy-first", key="busy") for n in range(150)]
     other = await client.start("sub", "other", queue="busy-first", key="other")
     async with worker:
-        for _ in range(500):
-            if (await worker.status(other)).status != "queued":
-                break
-            await asyncio.sleep(0.02)
-        assert (await worker.status(other)).status == "running"
+        await wait_run(worker, other, "running")
         statuses = [(await worker.status(r)).status for r in busy]
     assert statuses.count("queued") == 149  # the busy key's limit still holds
 

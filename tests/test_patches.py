@@ -8,18 +8,9 @@ from typing import Any
 
 import pytest
 
-from engine_core import Engine, EngineError, RunStatus, WorkflowContext
+from engine_core import Engine, EngineError, WorkflowContext
 from engine_core.errors import InvalidNameError
 from tests.test_divergence import _parked
-
-
-async def _until(engine: Engine, run_id: str, status: str) -> RunStatus:
-    for _ in range(300):
-        st = await engine.status(run_id)
-        if st.status == status:
-            return st
-        await asyncio.sleep(0.02)
-    raise AssertionError(st)
 
 
 class Shop:

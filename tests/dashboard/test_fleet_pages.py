@@ -6,7 +6,6 @@ what it is; and an outage is a 503 page, not a 400."""
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +16,7 @@ import pytest
 from engine_core import Engine, StoreUnavailableError, WorkflowContext, WorkflowRunFailedError
 from pikku_mongo.dashboard import dashboard_app
 from tests.dashboard.conftest import client_for
+from tests.support.waiting import reaches
 
 CSS = Path(__file__).resolve().parents[2] / "pikku_mongo/dashboard/static/dashboard.css"
 
@@ -93,10 +93,7 @@ async def test_send_event_asks_in_place_and_its_confirm_page_reads_right(
     register_shop(engine)
     async with client_for(dashboard_app(engine)) as client, engine:
         run_id = await engine.start("shop", "wait", run_id="waiting")
-        for _ in range(200):
-            if "approval" in (await engine.status(run_id)).steps:
-                break
-            await asyncio.sleep(0.02)
+        await reaches(engine, run_id, "approval")
         page = await client.get("/run", params={"id": run_id})
         confirm = await client.get(
             "/run/confirm",

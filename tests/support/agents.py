@@ -4,7 +4,6 @@ durable agents on them, and workflows that run an agent."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
@@ -15,6 +14,7 @@ from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls
 
 from engine_core import Engine, WorkflowContext
 from engine_core.pydantic_ai import PikkuDurability
+from tests.support.waiting import reaches
 
 #: One turn: the text the model answers, or the tool calls it makes (name, args).
 Turn = str | list[tuple[str, dict[str, Any]]]
@@ -94,14 +94,6 @@ def run_agent(
         if then is not None:
             await ctx.wait_for_event(then)
         return result.output
-
-
-async def reaches(engine: Engine, run_id: str, step: str, limit: float = 30.0) -> None:
-    """Until the run has a record of ``step`` (an AssertionError after ``limit`` s)."""
-    deadline = asyncio.get_running_loop().time() + limit
-    while step not in (await engine.status(run_id)).steps:
-        assert asyncio.get_running_loop().time() < deadline, f"{run_id} never reached {step!r}"
-        await asyncio.sleep(0.02)
 
 
 async def replayed(engine: Engine, workflow: str, event: str = "go") -> tuple[str, Any]:
