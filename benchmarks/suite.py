@@ -256,12 +256,7 @@ class Suite:
             await self.measure("W5", "mongo", "pickup", lambda: pickup_latency(uri, 15))
 
     async def w6(self) -> None:
-        both: tuple[StoreKind, ...] = ("memory", "mongo")
-        kinds = [k for k in both if k in self.systems]
-        for kind in kinds:
-            uri = self.uri if kind == "mongo" else None
-            if kind == "mongo" and uri is None:
-                continue
+        for kind, uri in self.ours():
             for count in self.z.w6_parked:
                 for mode in ours.W6_MODES:
                     await self._w6_one(kind, uri, count, mode)
@@ -286,11 +281,7 @@ class Suite:
         """Schedule fire latency: one repetition of 10 fires per store (about 10 s each)."""
         from benchmarks.schedule_latency import fire_latency
 
-        both: tuple[StoreKind, ...] = ("memory", "mongo")
-        for kind in both:
-            uri = self.uri if kind == "mongo" else None
-            if kind not in self.systems or (kind == "mongo" and uri is None):
-                continue
+        for kind, uri in self.ours():
             self.progress.stage(f"S1 {kind}")
             try:
                 measured = await fire_latency(kind, uri, 10)
@@ -305,11 +296,7 @@ class Suite:
         """Admission from a queue ``q1_depth`` runs deep, with and without a limit."""
         from benchmarks.admission import admission_rate
 
-        both: tuple[StoreKind, ...] = ("memory", "mongo")
-        for kind in both:
-            uri = self.uri if kind == "mongo" else None
-            if kind not in self.systems or (kind == "mongo" and uri is None):
-                continue
+        for kind, uri in self.ours():
             for limit in self.z.q1_limits:
                 variant = f"{_k(self.z.q1_depth)} deep, " + (
                     f"concurrency={limit}" if limit else "no limit"

@@ -81,7 +81,7 @@ def converter_stubbed() -> Iterator[None]:
                 saved.append((module, name, getattr(module, name)))
                 setattr(module, name, stub)
     saved.append((starting_module, "check_input", starting_module.check_input))
-    starting_module.check_input = lambda fn, workflow, input: None
+    starting_module.check_input = lambda fn, workflow, input, *limit: input
     try:
         yield
     finally:
