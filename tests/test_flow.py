@@ -4,6 +4,7 @@ concurrency, keys, priority, rate limits and dedup; delayed starts; deadlines.""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -37,12 +38,17 @@ async def store(request: pytest.FixtureRequest) -> AsyncIterator[Store]:
 class Gauge:
     """Counts the runs inside a workflow body at once, overall and per key."""
 
-    def __init__(self) -> None:
+    def __init__(self, fill: int | None = None) -> None:
         self.now = 0
         self.peak = 0
         self.per_key: dict[Any, int] = {}
         self.key_peak: dict[Any, int] = {}
         self.order: list[Any] = []
+        # ``fill``: the first runs in hold until that many are in at once (for up to
+        # 10 s), so that a loaded machine, slow to start the admitted runs, still lets
+        # them overlap; then each holds ``seconds`` more, as every run does.
+        self._fill = fill
+        self._filled = asyncio.Event()
 
     async def hold(self, key: Any, seconds: float) -> None:
         self.now += 1
@@ -50,6 +56,11 @@ class Gauge:
         self.per_key[key] = self.per_key.get(key, 0) + 1
         self.key_peak[key] = max(self.key_peak.get(key, 0), self.per_key[key])
         try:
+            if self._fill is not None:
+                if self.now >= self._fill:
+                    self._filled.set()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._filled.wait(), 10)
             await asyncio.sleep(seconds)
         finally:
             self.now -= 1
@@ -65,7 +76,7 @@ def register_held(engine: Engine, gauge: Gauge, seconds: float = 0.05) -> None:
 
 
 async def test_a_queue_bounds_the_runs_admitted_at_once(engine: Engine) -> None:
-    gauge = Gauge()
+    gauge = Gauge(fill=3)
     register_held(engine, gauge)
     engine.queue("q", concurrency=3)
     async with engine:
@@ -93,7 +104,7 @@ async def test_a_run_holds_its_slot_while_it_sleeps(engine: Engine) -> None:
 
 
 async def test_key_concurrency_counts_per_key(engine: Engine) -> None:
-    gauge = Gauge()
+    gauge = Gauge(fill=3)
     register_held(engine, gauge, seconds=0.08)
     engine.queue("tenants", key_concurrency=1)
     async with engine:
@@ -298,7 +309,7 @@ async def test_a_queued_run_can_be_cancelled_and_frees_nothing_it_did_not_hold(
 
 
 async def test_worker_concurrency_bounds_this_process(engine: Engine) -> None:
-    gauge = Gauge()
+    gauge = Gauge(fill=2)
     register_held(engine, gauge, seconds=0.05)
     engine.queue("local", worker_concurrency=2)
     async with engine:
